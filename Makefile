@@ -1,0 +1,23 @@
+# The two commands of the README. Both create .venv on a fresh machine.
+# torch is installed first, pinned, so pip takes the local CPU wheel instead of a CUDA build.
+PY ?= python3
+VENV := .venv
+BIN := $(VENV)/bin
+
+$(BIN)/graphcost: pyproject.toml
+	$(PY) -m venv $(VENV)
+	$(BIN)/pip install -q --upgrade pip
+	$(BIN)/pip install -q torch==2.13.0
+	$(BIN)/pip install -q -e '.[dev,xla]'
+	touch $@
+
+setup: $(BIN)/graphcost
+
+demo: setup
+	$(BIN)/graphcost info --sample
+
+test: setup
+	$(BIN)/ruff check graphcost tests
+	$(BIN)/python -m pytest
+
+.PHONY: setup demo test

@@ -1,0 +1,3 @@
+from graphcost.cli import main
+
+main()

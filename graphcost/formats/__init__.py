@@ -1,0 +1,19 @@
+"""File formats: TpuGraphs `.npz` reading, writing and validation (later: XLA records)."""
+
+from graphcost.formats.errors import GraphFileError
+from graphcost.formats.npz import (
+    Graph,
+    LayoutGraph,
+    TileGraph,
+    graph_kind,
+    member_header,
+    open_member_mmap,
+    read_graph,
+    write_graph,
+)
+from graphcost.formats.validate import validate_graph
+
+__all__ = [
+    "Graph", "GraphFileError", "LayoutGraph", "TileGraph", "graph_kind", "member_header",
+    "open_member_mmap", "read_graph", "validate_graph", "write_graph",
+]

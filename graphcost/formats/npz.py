@@ -1,0 +1,327 @@
+"""Read and write TpuGraphs `.npz` files exactly as published (DESIGN §1).
+
+A graph is a plain dataclass of numpy arrays. Layout files can hold gigabytes of
+`node_config_feat`, so that one array is opened lazily as a read-only memory map:
+directly inside the archive when the member is stored uncompressed, otherwise from
+an uncompressed copy extracted once into a per-user cache. Indexing the map with a
+few config ids reads only those rows.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import os
+import shutil
+import struct
+import tempfile
+import zipfile
+import zlib
+from collections.abc import Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import numpy as np
+
+from graphcost.formats.errors import GraphFileError
+
+NUM_NODE_FEATURES = 140
+NUM_TILE_CONFIG_FEATURES = 24
+NUM_LAYOUT_CONFIG_FEATURES = 18
+
+TILE_KEYS = ("node_feat", "node_opcode", "edge_index", "config_feat", "config_runtime",
+             "config_runtime_normalizers")
+LAYOUT_KEYS = ("node_feat", "node_opcode", "edge_index", "node_config_ids",
+               "node_config_feat", "config_runtime", "node_splits")
+
+
+@dataclass
+class TileGraph:
+    """One fused kernel with graph-level tile configurations."""
+
+    name: str
+    node_feat: np.ndarray  # (n, 140) float32
+    node_opcode: np.ndarray  # (n,) int64
+    edge_index: np.ndarray  # (m, 2) int64, consumer -> producer
+    config_feat: np.ndarray  # (c, 24) float32
+    config_runtime: np.ndarray  # (c,) int64 ns
+    config_runtime_normalizers: np.ndarray  # (c,) int64 ns
+    kind: str = field(default="tile", init=False)
+
+    @property
+    def num_nodes(self) -> int:
+        return int(self.node_feat.shape[0])
+
+    @property
+    def num_configs(self) -> int:
+        return int(self.config_feat.shape[0])
+
+    @property
+    def target(self) -> np.ndarray:
+        """Runtime relative to the default config: the quantity tile metrics use."""
+        return self.config_runtime / self.config_runtime_normalizers
+
+
+@dataclass
+class LayoutGraph:
+    """One whole program with node-level layout configurations.
+
+    `node_config_feat` may be a read-only memory map; index it with a config subset
+    (`graph.node_config_feat[ids]`) to read just those rows.
+    """
+
+    name: str
+    node_feat: np.ndarray  # (n, 140) float32
+    node_opcode: np.ndarray  # (n,) int64
+    edge_index: np.ndarray  # (m, 2) int64, consumer -> producer
+    node_config_ids: np.ndarray  # (nc,) int64
+    node_config_feat: np.ndarray  # (c, nc, 18) float32, possibly memory-mapped
+    config_runtime: np.ndarray  # (c,) float64
+    node_splits: np.ndarray  # (k,) int64
+    kind: str = field(default="layout", init=False)
+
+    @property
+    def num_nodes(self) -> int:
+        return int(self.node_feat.shape[0])
+
+    @property
+    def num_configs(self) -> int:
+        return int(self.node_config_feat.shape[0])
+
+    @property
+    def target(self) -> np.ndarray:
+        return self.config_runtime
+
+    def configs(self, ids: np.ndarray) -> np.ndarray:
+        """Feature rows of the given configs, in the given order, as a float32 array."""
+        ids = np.asarray(ids, dtype=np.int64)
+        order = np.argsort(ids, kind="stable")  # sorted access is sequential on disk
+        rows = np.asarray(self.node_config_feat[ids[order]], dtype=np.float32)
+        out = np.empty_like(rows)
+        out[order] = rows
+        return out
+
+
+Graph = TileGraph | LayoutGraph
+
+
+# --------------------------------------------------------------------------- reading
+
+
+def graph_kind(path: str | Path) -> str:
+    """'tile' or 'layout', from the archive's member names alone."""
+    names = _member_names(Path(path))
+    if "config_feat" in names:
+        return "tile"
+    if "node_config_feat" in names:
+        return "layout"
+    raise GraphFileError(path, "config_feat", "a tile file (config_feat) or a layout file "
+                         f"(node_config_feat); the archive holds {sorted(names)}")
+
+
+def read_graph(path: str | Path, lazy: bool = True) -> Graph:
+    """Read one `.npz` file, casting every dtype seen in the wild to the canonical ones.
+
+    With `lazy`, a layout file's `node_config_feat` is a read-only memory map. Checks
+    shapes and ranges (not NaNs in big arrays: `validate_graph(deep=True)` does that).
+    """
+    from graphcost.formats.validate import validate_graph
+
+    path = Path(path)
+    kind = graph_kind(path)
+    keys = TILE_KEYS if kind == "tile" else LAYOUT_KEYS
+    with _open_npz(path) as npz:
+        missing = [k for k in keys if k not in npz.files]
+        if missing:
+            expected = "every key of a " + kind + " file: " + ", ".join(keys)
+            raise GraphFileError(path, missing[0], f"{expected} (missing)")
+        arrays = {k: _load_member(npz, path, k) for k in keys
+                  if not (kind == "layout" and lazy and k == "node_config_feat")}
+    if kind == "layout" and lazy:
+        arrays["node_config_feat"] = open_member_mmap(path, "node_config_feat")
+    graph = _build(kind, path.stem, arrays, path)
+    validate_graph(graph, path, deep=False)
+    return graph
+
+
+def _build(kind: str, name: str, a: dict[str, np.ndarray], path: Path) -> Graph:
+    common = dict(
+        name=name,
+        node_feat=_as(a["node_feat"], np.float32, path, "node_feat"),
+        node_opcode=_as(a["node_opcode"], np.int64, path, "node_opcode").reshape(-1),
+        edge_index=_edges(a["edge_index"], path),
+    )
+    if kind == "tile":
+        return TileGraph(
+            **common,
+            config_feat=_as(a["config_feat"], np.float32, path, "config_feat"),
+            config_runtime=_as(a["config_runtime"], np.int64, path, "config_runtime").reshape(-1),
+            config_runtime_normalizers=_as(a["config_runtime_normalizers"], np.int64, path,
+                                           "config_runtime_normalizers").reshape(-1),
+        )
+    ncf = a["node_config_feat"]
+    if not isinstance(ncf, np.memmap):
+        ncf = _as(ncf, np.float32, path, "node_config_feat")
+    return LayoutGraph(
+        **common,
+        node_config_ids=_as(a["node_config_ids"], np.int64, path, "node_config_ids").reshape(-1),
+        node_config_feat=ncf,
+        config_runtime=_as(a["config_runtime"], np.float64, path, "config_runtime").reshape(-1),
+        node_splits=_as(a["node_splits"], np.int64, path, "node_splits").reshape(-1),
+    )
+
+
+def _as(x: np.ndarray, dtype: type, path: Path, key: str) -> np.ndarray:
+    if x.dtype.kind not in "biuf":
+        raise GraphFileError(path, key, f"a numeric array, got dtype {x.dtype}")
+    return np.ascontiguousarray(x, dtype=dtype)
+
+
+def _edges(x: np.ndarray, path: Path) -> np.ndarray:
+    x = _as(x, np.int64, path, "edge_index")
+    if x.size == 0:
+        return x.reshape(0, 2)
+    if x.ndim != 2 or x.shape[1] != 2:
+        raise GraphFileError(path, "edge_index", f"shape (m, 2), got {x.shape}")
+    return x
+
+
+@contextmanager
+def _open_npz(path: Path) -> Iterator[np.lib.npyio.NpzFile]:
+    try:
+        npz = np.load(path, allow_pickle=False)
+    except FileNotFoundError:
+        raise GraphFileError(path, "<file>", "an existing .npz file") from None
+    except (zipfile.BadZipFile, ValueError, OSError, EOFError) as e:
+        raise GraphFileError(path, "<archive>", f"a readable .npz archive ({e})") from None
+    if not isinstance(npz, np.lib.npyio.NpzFile):
+        raise GraphFileError(path, "<archive>", "an .npz archive, got a single .npy array")
+    try:
+        yield npz
+    finally:
+        npz.close()
+
+
+def _load_member(npz: np.lib.npyio.NpzFile, path: Path, key: str) -> np.ndarray:
+    try:
+        return npz[key]
+    except (zipfile.BadZipFile, zlib.error, ValueError, OSError, EOFError) as e:
+        raise GraphFileError(path, key, f"a readable array (the archive is corrupt: {e})") from None
+
+
+def _member_names(path: Path) -> set[str]:
+    try:
+        with zipfile.ZipFile(path) as zf:
+            return {n[:-4] for n in zf.namelist() if n.endswith(".npy")}
+    except FileNotFoundError:
+        raise GraphFileError(path, "<file>", "an existing .npz file") from None
+    except (zipfile.BadZipFile, OSError, EOFError) as e:
+        raise GraphFileError(path, "<archive>", f"a readable .npz archive ({e})") from None
+
+
+def member_header(path: str | Path, key: str) -> tuple[tuple[int, ...], np.dtype]:
+    """Shape and dtype of one array, read from its `.npy` header without loading it."""
+    path = Path(path)
+    try:
+        with zipfile.ZipFile(path) as zf, zf.open(key + ".npy") as f:
+            shape, _, dtype = _read_npy_header(f)
+            return shape, dtype
+    except KeyError:
+        raise GraphFileError(path, key, "the key to be present") from None
+    except (zipfile.BadZipFile, zlib.error, ValueError, OSError, EOFError) as e:
+        raise GraphFileError(path, key, f"a readable array header ({e})") from None
+
+
+def _read_npy_header(f) -> tuple[tuple[int, ...], bool, np.dtype]:
+    version = np.lib.format.read_magic(f)
+    if version == (1, 0):
+        return np.lib.format.read_array_header_1_0(f)
+    return np.lib.format.read_array_header_2_0(f)
+
+
+def cache_dir() -> Path:
+    """Where extracted uncompressed arrays live; `GRAPHCOST_CACHE` overrides."""
+    root = os.environ.get("GRAPHCOST_CACHE") or Path.home() / ".cache" / "graphcost"
+    return Path(root) / "npz"
+
+
+def open_member_mmap(path: str | Path, key: str) -> np.ndarray:
+    """A read-only memory map of one array of an `.npz`, never loading it whole.
+
+    A stored (uncompressed) member is mapped in place. A compressed one is streamed
+    once into `cache_dir()` (keyed by path, size and mtime) and mapped from there.
+    """
+    path = Path(path)
+    try:
+        with zipfile.ZipFile(path) as zf:
+            info = zf.getinfo(key + ".npy")
+            if info.compress_type == zipfile.ZIP_STORED:
+                return _mmap_stored(path, info)
+            return _mmap_cached(path, zf, info)
+    except KeyError:
+        raise GraphFileError(path, key, "the key to be present") from None
+    except (zipfile.BadZipFile, zlib.error, ValueError, OSError, EOFError) as e:
+        raise GraphFileError(path, key, f"a readable array (the archive is corrupt: {e})") from None
+
+
+def _mmap_stored(path: Path, info: zipfile.ZipInfo) -> np.ndarray:
+    with open(path, "rb") as f:
+        f.seek(info.header_offset)
+        local = f.read(30)
+        if len(local) < 30 or local[:4] != b"PK\x03\x04":
+            raise ValueError("bad local file header")
+        name_len, extra_len = struct.unpack("<HH", local[26:30])
+        f.seek(info.header_offset + 30 + name_len + extra_len)
+        shape, fortran, dtype = _read_npy_header(f)
+        offset = f.tell()
+    if offset + int(np.prod(shape)) * dtype.itemsize > os.path.getsize(path):
+        raise ValueError("array data runs past the end of the file (truncated)")
+    if int(np.prod(shape)) == 0:
+        return np.zeros(shape, dtype)
+    return np.memmap(path, dtype=dtype, mode="r", offset=offset, shape=shape,
+                     order="F" if fortran else "C")
+
+
+def _mmap_cached(path: Path, zf: zipfile.ZipFile, info: zipfile.ZipInfo) -> np.ndarray:
+    st = path.stat()
+    ident = f"{path.resolve()}|{st.st_size}|{st.st_mtime_ns}|{info.filename}"
+    target = cache_dir() / (hashlib.sha1(ident.encode()).hexdigest() + ".npy")
+    if not target.exists():
+        target.parent.mkdir(parents=True, exist_ok=True)
+        fd, tmp = tempfile.mkstemp(dir=target.parent, suffix=".part")
+        try:
+            with os.fdopen(fd, "wb") as out, zf.open(info) as src:
+                shutil.copyfileobj(src, out, length=16 << 20)
+            os.replace(tmp, target)
+        except BaseException:
+            os.unlink(tmp)
+            raise
+    arr = np.load(target, mmap_mode="r")
+    return arr if arr.size else np.zeros(arr.shape, arr.dtype)
+
+
+# --------------------------------------------------------------------------- writing
+
+
+def write_graph(path: str | Path, graph: Graph, compress: bool = True) -> Path:
+    """Write a graph in the published format, atomically (temp file, then rename).
+
+    `compress=False` stores members uncompressed so that readers can memory-map them
+    in place with no cache.
+    """
+    from graphcost.formats.validate import validate_graph
+
+    path = Path(path)
+    validate_graph(graph, path, deep=False)
+    keys = TILE_KEYS if graph.kind == "tile" else LAYOUT_KEYS
+    arrays = {k: np.asarray(getattr(graph, k)) for k in keys}
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(dir=path.parent, suffix=".npz.part")
+    try:
+        with os.fdopen(fd, "wb") as f:
+            (np.savez_compressed if compress else np.savez)(f, **arrays)
+        os.replace(tmp, path)
+    except BaseException:
+        os.unlink(tmp)
+        raise
+    return path
