@@ -1,0 +1,145 @@
+"""Feature statistics of a collection's train split and the transform built from them.
+
+Raw TpuGraphs features span many orders of magnitude (a shape product can be 1e9
+beside one-hot columns), so models see: layout columns 134–139 re-padded with −1 past
+the tensor's rank (0 is also a dimension index, DESIGN §2), constant columns dropped,
+wide-range columns through sign(x)·log1p(|x|), then every column standardised.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from dataclasses import dataclass
+
+import numpy as np
+
+from graphcost.formats import Graph, TileGraph
+
+SHAPE_DIMS = slice(21, 27)
+LAYOUT_COLS = slice(134, 140)
+LOG_THRESHOLD = 1000.0  # a column whose train values reach beyond ±this is log-transformed
+
+
+def tensor_rank(node_feat: np.ndarray) -> np.ndarray:
+    """Rank of each node's tensor: the position of its last non-zero shape dimension + 1."""
+    nonzero = node_feat[:, SHAPE_DIMS] != 0
+    last = 6 - np.argmax(nonzero[:, ::-1], axis=1)
+    return np.where(nonzero.any(1), last, 0)
+
+
+def repad_layout(node_feat: np.ndarray) -> np.ndarray:
+    """A copy whose minor_to_major columns are −1 past the tensor's rank."""
+    out = np.array(node_feat, dtype=np.float32, copy=True)
+    past = np.arange(6)[None, :] >= tensor_rank(out)[:, None]
+    block = out[:, LAYOUT_COLS]  # a view into out
+    block[past] = -1.0
+    return out
+
+
+def _signed_log(x: np.ndarray) -> np.ndarray:
+    return np.sign(x) * np.log1p(np.abs(x))
+
+
+class _Moments:
+    """Streaming min/max and first two moments of raw and log-transformed columns."""
+
+    def __init__(self, dim: int):
+        self.n = 0
+        self.lo = np.full(dim, np.inf)
+        self.hi = np.full(dim, -np.inf)
+        self.s = np.zeros((2, dim))
+        self.ss = np.zeros((2, dim))
+
+    def add(self, x: np.ndarray) -> None:
+        if x.size == 0:
+            return
+        x = x.astype(np.float64)
+        self.n += x.shape[0]
+        self.lo = np.minimum(self.lo, x.min(0))
+        self.hi = np.maximum(self.hi, x.max(0))
+        for i, v in enumerate((x, _signed_log(x))):
+            self.s[i] += v.sum(0)
+            self.ss[i] += (v * v).sum(0)
+
+    def finish(self) -> _ColumnTransform:
+        if self.n == 0:
+            raise ValueError("no rows to compute feature statistics from")
+        keep = np.flatnonzero(self.hi > self.lo)
+        use_log = np.maximum(np.abs(self.lo), np.abs(self.hi))[keep] > LOG_THRESHOLD
+        which = use_log.astype(int)
+        mean = self.s[which, keep] / self.n
+        var = self.ss[which, keep] / self.n - mean**2
+        std = np.sqrt(np.maximum(var, 0.0))
+        return _ColumnTransform(keep, use_log, mean, np.where(std > 1e-8, std, 1.0))
+
+
+@dataclass
+class _ColumnTransform:
+    keep: np.ndarray
+    log: np.ndarray
+    mean: np.ndarray
+    std: np.ndarray
+
+    def __call__(self, x: np.ndarray) -> np.ndarray:
+        x = np.asarray(x, dtype=np.float64)[:, self.keep]
+        x[:, self.log] = _signed_log(x[:, self.log])
+        return ((x - self.mean) / self.std).astype(np.float32)
+
+    def to_dict(self) -> dict:
+        return {"keep": self.keep.tolist(), "log": self.log.tolist(),
+                "mean": self.mean.tolist(), "std": self.std.tolist()}
+
+    @classmethod
+    def from_dict(cls, d: dict) -> _ColumnTransform:
+        return cls(np.array(d["keep"], np.int64), np.array(d["log"], bool),
+                   np.array(d["mean"]), np.array(d["std"]))
+
+
+@dataclass
+class FeatureTransform:
+    """Node (and tile config) feature transform fitted on a train split.
+
+    Layout per-node config features (−1..5 minor-to-major orders) are small integers
+    already and are used as they are.
+    """
+
+    node_columns: _ColumnTransform
+    tile_config_columns: _ColumnTransform | None = None
+
+    @classmethod
+    def fit(cls, graphs: Iterable[Graph]) -> FeatureTransform:
+        nodes = _Moments(140)
+        configs = _Moments(24)
+        for g in graphs:
+            nodes.add(repad_layout(g.node_feat))
+            if isinstance(g, TileGraph):
+                configs.add(g.config_feat)
+        return cls(nodes.finish(), configs.finish() if configs.n else None)
+
+    @property
+    def node_dim(self) -> int:
+        return int(self.node_columns.keep.size)
+
+    @property
+    def tile_config_dim(self) -> int:
+        return 0 if self.tile_config_columns is None else int(self.tile_config_columns.keep.size)
+
+    def node(self, node_feat: np.ndarray) -> np.ndarray:
+        """(n, 140) raw features → (n, node_dim) float32 model inputs."""
+        return self.node_columns(repad_layout(node_feat))
+
+    def tile_config(self, config_feat: np.ndarray) -> np.ndarray:
+        """(c, 24) raw tile configs → (c, tile_config_dim) float32 model inputs."""
+        if self.tile_config_columns is None:
+            raise ValueError("this transform was fitted on layout graphs: no tile config stats")
+        return self.tile_config_columns(config_feat)
+
+    def to_dict(self) -> dict:
+        tile = self.tile_config_columns
+        return {"node": self.node_columns.to_dict(), "tile_config": tile and tile.to_dict()}
+
+    @classmethod
+    def from_dict(cls, d: dict) -> FeatureTransform:
+        tile = d.get("tile_config")
+        return cls(_ColumnTransform.from_dict(d["node"]),
+                   _ColumnTransform.from_dict(tile) if tile else None)

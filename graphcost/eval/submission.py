@@ -1,0 +1,105 @@
+"""Competition submission CSVs (DESIGN §5): write them, and read them back with checks.
+
+`ID,TopConfigs`; ID is `tile:xla:<graph>` or `layout:<source>:<search>:<graph>`;
+TopConfigs are config indices joined by ';', fastest first: the top 5 for tile, a
+full permutation for layout.
+"""
+
+from __future__ import annotations
+
+import csv
+import os
+import tempfile
+from collections.abc import Iterable, Mapping
+from pathlib import Path
+
+import numpy as np
+
+TILE_TOP = 5
+
+
+class SubmissionError(ValueError):
+    """A submission row that breaks the format, naming the file, line and ID."""
+
+
+def submission_id(collection: str, graph: str) -> str:
+    """The row ID of a graph of a collection named like `tile:xla` or `layout:xla:random`."""
+    return f"{collection}:{graph}"
+
+
+def ranking_from_scores(kind: str, scores: np.ndarray) -> list[int]:
+    """Config indices fastest first (lowest score first; ties by index)."""
+    order = np.argsort(np.asarray(scores, dtype=np.float64), kind="stable")
+    return [int(i) for i in (order[:TILE_TOP] if kind == "tile" else order)]
+
+
+def write_submission(rows: Mapping[str, Iterable[int]], path: str | Path) -> Path:
+    """Write {ID: ranked config indices} as a submission CSV, atomically."""
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(dir=path.parent, suffix=".csv.part")
+    try:
+        with os.fdopen(fd, "w", newline="") as f:
+            w = csv.writer(f)
+            w.writerow(["ID", "TopConfigs"])
+            for key in sorted(rows):
+                w.writerow([key, ";".join(str(int(i)) for i in rows[key])])
+        os.replace(tmp, path)
+    except BaseException:
+        os.unlink(tmp)
+        raise
+    return path
+
+
+def read_submission(path: str | Path,
+                    num_configs: Mapping[str, int] | None = None) -> dict[str, list[int]]:
+    """Read and check a submission CSV.
+
+    Checks the header, ID shapes, duplicate IDs, integer indices without repeats,
+    exactly 5 (or all, if fewer) for tile and, given `num_configs` per ID, a full
+    permutation for layout, and that every expected ID is present.
+    """
+    path = Path(path)
+
+    def fail(line: int, key: str, expected: str) -> None:
+        raise SubmissionError(f"{path}: line {line} (ID '{key}'): expected {expected}")
+
+    out: dict[str, list[int]] = {}
+    with open(path, newline="") as f:
+        reader = csv.reader(f)
+        header = next(reader, None)
+        if header != ["ID", "TopConfigs"]:
+            raise SubmissionError(f"{path}: line 1: expected header 'ID,TopConfigs', got {header}")
+        for line, row in enumerate(reader, start=2):
+            if len(row) != 2:
+                fail(line, row[0] if row else "", f"2 fields, got {len(row)}")
+            key, configs = row
+            parts = key.split(":")
+            if not ((parts[0] == "tile" and len(parts) == 3)
+                    or (parts[0] == "layout" and len(parts) == 4)) or not all(parts):
+                fail(line, key, "an ID 'tile:<source>:<graph>' or "
+                     "'layout:<source>:<search>:<graph>'")
+            if key in out:
+                fail(line, key, "each ID once, got a duplicate")
+            try:
+                ranks = [int(x) for x in configs.split(";")]
+            except ValueError:
+                fail(line, key, f"';'-joined integers, got '{configs[:40]}'")
+            if len(set(ranks)) != len(ranks) or min(ranks) < 0:
+                fail(line, key, "distinct non-negative config indices")
+            n = None if num_configs is None else num_configs.get(key)
+            if parts[0] == "tile":
+                want = TILE_TOP if n is None else min(TILE_TOP, n)
+                if len(ranks) != want:
+                    fail(line, key, f"{want} tile configs, got {len(ranks)}")
+            if n is not None and max(ranks) >= n:
+                fail(line, key, f"indices below {n} (the graph's configs), got {max(ranks)}")
+            if parts[0] == "layout" and n is not None and len(ranks) != n:
+                fail(line, key, f"a full permutation of {n} configs, got {len(ranks)}")
+            out[key] = ranks
+    if num_configs is not None:
+        absent = sorted(set(num_configs) - set(out))
+        if absent:
+            raise SubmissionError(f"{path}: expected a row for every graph; missing "
+                                  f"{len(absent)}, e.g. {absent[:3]}")
+    return out
