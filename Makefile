@@ -6,7 +6,6 @@ BIN := $(VENV)/bin
 
 $(BIN)/graphcost: pyproject.toml
 	$(PY) -m venv $(VENV)
-	$(BIN)/pip install -q --upgrade pip
 	$(BIN)/pip install -q torch==2.13.0
 	$(BIN)/pip install -q -e '.[dev,xla]'
 	touch $@

@@ -61,7 +61,8 @@ def _validate_runtime(rt: np.ndarray, c: int, key: str, fail) -> None:
     if rt.shape != (c,):
         fail(key, f"shape ({c},), one runtime per config, got {rt.shape}")
     if not np.all(np.isfinite(rt)):
-        fail(key, f"finite runtimes, got NaN/inf at config {int(np.flatnonzero(~np.isfinite(rt))[0])}")
+        bad = int(np.flatnonzero(~np.isfinite(rt))[0])
+        fail(key, f"finite runtimes, got {rt[bad]} at config {bad}")
     if np.any(rt <= 0):
         fail(key, f"positive runtimes, got {rt[rt <= 0][0]} at config "
              f"{int(np.flatnonzero(rt <= 0)[0])}")

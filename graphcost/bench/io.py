@@ -1,0 +1,124 @@
+"""`graphcost bench io`: the cost of lazy config reading and of scanning a collection.
+
+Figures are wall seconds (median of repeats) and the peak resident memory the step
+added (Linux VmHWM, reset before each step). The eager row loads the whole
+`node_config_feat`, as `np.load` would, so the lazy rows have something to be
+compared with in the same run.
+"""
+
+from __future__ import annotations
+
+import os
+import tempfile
+import time
+from collections.abc import Callable
+from pathlib import Path
+
+import numpy as np
+
+from graphcost.data.inspect import summarize, validate_paths
+from graphcost.data.synthetic import make_layout_graph
+from graphcost.formats import LayoutGraph, read_graph, write_graph
+
+
+def _vm_kib(field: str) -> int:
+    with open("/proc/self/status") as f:
+        for line in f:
+            if line.startswith(field + ":"):
+                return int(line.split()[1])
+    return 0
+
+
+def measure(fn: Callable[[], object]) -> tuple[float, float, float]:
+    """(seconds, peak resident MiB added, private MiB added and held by the result).
+
+    The peak counts file pages a memory map touched, which the kernel may map in
+    large runs and can drop at any time; the private figure is anonymous memory only.
+    """
+    try:
+        with open("/proc/self/clear_refs", "w") as f:
+            f.write("5")  # reset the peak to the current resident set
+    except OSError:
+        pass
+    before, anon = _vm_kib("VmRSS"), _vm_kib("RssAnon")
+    t = time.perf_counter()
+    result = fn()
+    seconds = time.perf_counter() - t
+    peak = max(0, _vm_kib("VmHWM") - before) / 1024
+    private = max(0, _vm_kib("RssAnon") - anon) / 1024
+    del result
+    return seconds, peak, private
+
+
+def big_layout_graph(num_configs: int, num_configurable: int, seed: int = 0) -> LayoutGraph:
+    """A graph of a few hundred nodes with a huge `node_config_feat`, built vectorised."""
+    rng = np.random.default_rng(seed)
+    g = make_layout_graph(rng, num_nodes=max(200, 2 * num_configurable), num_configs=1,
+                          num_configurable=num_configurable, name="big")
+    nc = g.node_config_ids.size
+    g.node_config_feat = rng.integers(-1, 4, size=(num_configs, nc, 18)).astype(np.float32)
+    g.config_runtime = rng.uniform(1e6, 2e6, size=num_configs)
+    return g
+
+
+def bench_io(num_configs: int = 100_000, num_configurable: int = 64, reads: int = 64,
+             scan_files: int = 200, repeats: int = 5,
+             log: Callable[[str], None] = print) -> list[dict]:
+    """Run the benchmark in a temporary folder; return one row per measured step."""
+    rows: list[dict] = []
+    rng = np.random.default_rng(1)
+    saved_cache = os.environ.get("GRAPHCOST_CACHE")
+    with tempfile.TemporaryDirectory() as tmp:
+        os.environ["GRAPHCOST_CACHE"] = str(Path(tmp) / "cache")  # start cold, clean up after
+        try:
+            _run(tmp, rows, rng, num_configs, num_configurable, reads, scan_files, repeats, log)
+        finally:
+            if saved_cache is None:
+                os.environ.pop("GRAPHCOST_CACHE", None)
+            else:
+                os.environ["GRAPHCOST_CACHE"] = saved_cache
+    return rows
+
+
+def _run(tmp: str, rows: list[dict], rng: np.random.Generator, num_configs: int,
+         num_configurable: int, reads: int, scan_files: int, repeats: int,
+         log: Callable[[str], None]) -> None:
+    g = big_layout_graph(num_configs, num_configurable)
+    nbytes = g.node_config_feat.nbytes
+    log(f"layout file: {num_configs} configs x {g.node_config_ids.size} configurable "
+        f"nodes x 18 = {nbytes / 2**20:.0f} MiB of node_config_feat")
+    paths = {}
+    for name in ("stored", "deflated"):
+        t = time.perf_counter()
+        paths[name] = write_graph(Path(tmp) / f"{name}.npz", g, compress=name == "deflated")
+        log(f"wrote {name} file in {time.perf_counter() - t:.1f} s "
+            f"({paths[name].stat().st_size / 2**20:.0f} MiB)")
+    del g
+
+    def read_some(path: Path) -> np.ndarray:
+        graph = read_graph(path, lazy=True)
+        return graph.configs(rng.choice(graph.num_configs, size=reads, replace=False))
+
+    for name, path in paths.items():
+        if name == "deflated":
+            rows.append(_row(f"open {name} + read {reads} (first: builds cache)",
+                             [measure(lambda p=path: read_some(p))]))
+        rows.append(_row(f"open {name} + read {reads} configs",
+                         [measure(lambda p=path: read_some(p)) for _ in range(repeats)]))
+    rows.append(_row("eager: load deflated file whole",
+                     [measure(lambda: read_graph(paths["deflated"], lazy=False))]))
+
+    scan = Path(tmp) / "npz" / "layout" / "bench" / "random" / "train"
+    for i in range(scan_files):
+        write_graph(scan / f"g{i:04d}.npz",
+                    make_layout_graph(rng, num_nodes=300, num_configs=200, name=f"g{i}"))
+    rows.append(_row(f"info: scan {scan_files} files (headers)",
+                     [measure(lambda: summarize(scan.parent))]))
+    rows.append(_row(f"validate: {scan_files} files (full read)",
+                     [measure(lambda: validate_paths([scan]))]))
+
+
+def _row(step: str, runs: list[tuple[float, float, float]]) -> dict:
+    """Median seconds over the runs, worst memory figures."""
+    return dict(step=step, runs=len(runs), seconds=float(np.median([r[0] for r in runs])),
+                peak_mib=max(r[1] for r in runs), private_mib=max(r[2] for r in runs))

@@ -1,0 +1,107 @@
+"""What `graphcost info` and `graphcost validate` do: summaries and checks of files
+and whole collections."""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass
+from importlib import resources
+from pathlib import Path
+
+import numpy as np
+
+from graphcost.data.collection import FileSummary, find_collections, summarize_file
+from graphcost.formats import GraphFileError, read_graph, validate_graph
+
+
+def sample_root() -> Path:
+    """The small dataset shipped inside the package."""
+    return Path(str(resources.files("graphcost") / "sample"))
+
+
+def expand_paths(paths: Iterable[str | Path]) -> list[Path]:
+    """Files as given, and every `.npz` below each folder, sorted, once each."""
+    out: list[Path] = []
+    for p in map(Path, paths):
+        if p.is_dir():
+            out += sorted(p.rglob("*.npz"))
+        else:
+            out.append(p)
+    return list(dict.fromkeys(out))
+
+
+def check_file(path: Path) -> GraphFileError | None:
+    """The first problem of one file, reading it fully (NaNs included), or None."""
+    try:
+        validate_graph(read_graph(path, lazy=True), path, deep=True)
+    except GraphFileError as e:
+        return e
+    return None
+
+
+def validate_paths(paths: Iterable[str | Path],
+                   progress: Callable[[Iterable], Iterable] = iter) -> list[GraphFileError]:
+    """Every bad file among `paths` (files or folders), with its error."""
+    files = expand_paths(paths)
+    if not files:
+        raise FileNotFoundError(f"no .npz files in {[str(p) for p in paths]}")
+    return [e for e in map(check_file, progress(files)) if e is not None]
+
+
+@dataclass
+class Stat:
+    min: float
+    median: float
+    max: float
+
+    @classmethod
+    def of(cls, values: list[int]) -> Stat:
+        v = np.asarray(values, dtype=np.float64)
+        return cls(float(v.min()), float(np.median(v)), float(v.max()))
+
+
+@dataclass
+class GroupSummary:
+    """Sizes of a group of files (a split of a collection, or the files given)."""
+
+    name: str
+    kind: str
+    files: int
+    bytes: int
+    nodes: Stat
+    edges: Stat
+    configs: Stat
+    configurable: Stat
+    unreadable: list[GraphFileError]
+
+
+def summarize_group(name: str, files: list[Path]) -> GroupSummary:
+    rows: list[FileSummary] = []
+    bad: list[GraphFileError] = []
+    for f in files:
+        try:
+            rows.append(summarize_file(f))
+        except GraphFileError as e:
+            bad.append(e)
+    if not rows:
+        raise GraphFileError(name, "<collection>", "at least one readable .npz file")
+    kinds = sorted({r.kind for r in rows})
+    return GroupSummary(
+        name=name, kind="/".join(kinds), files=len(rows), bytes=sum(r.bytes for r in rows),
+        nodes=Stat.of([r.nodes for r in rows]), edges=Stat.of([r.edges for r in rows]),
+        configs=Stat.of([r.configs for r in rows]),
+        configurable=Stat.of([r.configurable for r in rows]), unreadable=bad)
+
+
+def summarize(path: str | Path) -> list[GroupSummary]:
+    """One summary per split of every collection at or below `path`, or of one file."""
+    path = Path(path)
+    if path.is_file():
+        return [summarize_group(path.name, [path])]
+    groups = []
+    for name, coll in sorted(find_collections(path).items()):
+        for split, files in coll.splits.items():
+            groups.append(summarize_group(f"{name} {split}", files))
+    if not groups:
+        raise FileNotFoundError(f"{path}: no .npz files found")
+    return groups

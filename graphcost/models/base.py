@@ -1,0 +1,147 @@
+"""What every network shares: one graph as tensors, a batch of graphs with sampled
+configs, and the network base class.
+
+Batching never copies a graph's structure per config. Node tensors of the B graphs are
+concatenated once (PyG style, with a `node_graph` vector); where a network needs one
+node state per config it keeps a leading config axis, (C, N, d), and PyG layers
+(which aggregate along dim −2) run all C configs over the one shared `edge_index`.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+import torch
+from torch import Tensor, nn
+
+from graphcost.formats import Graph, TileGraph
+
+NUM_OPCODES = 128  # ids 0..120 are used (DESIGN §3); anything larger maps to 0
+
+
+@dataclass
+class GraphTensors:
+    """One graph ready for a network: transformed node features, undirected edges, and
+    a reader for any subset of its configs (layout configs stay on disk until read)."""
+
+    name: str
+    kind: str
+    x: Tensor  # (n, node_dim) float32
+    opcode: Tensor  # (n,) int64
+    edge_index: Tensor  # (2, 2m) int64, both directions, PyG source → target
+    config_nodes: Tensor  # (nc,) configurable nodes (layout); empty for tile
+    runtime: np.ndarray  # (c,) what metrics rank: normalized runtime (tile), runtime (layout)
+    graph: Graph
+    tile_configs: Tensor | None = None  # (c, config_dim) transformed tile configs
+
+    @property
+    def num_configs(self) -> int:
+        return int(self.runtime.shape[0])
+
+    def configs(self, ids: np.ndarray) -> Tensor:
+        """Tile: (len(ids), config_dim); layout: (len(ids), nc, 18) read from disk."""
+        if self.tile_configs is not None:
+            return self.tile_configs[torch.as_tensor(ids, dtype=torch.long)]
+        return torch.from_numpy(self.graph.configs(ids))
+
+
+def graph_tensors(graph: Graph, transform) -> GraphTensors:
+    """Apply a fitted FeatureTransform and make edges undirected (both directions)."""
+    e = torch.as_tensor(graph.edge_index, dtype=torch.long).reshape(-1, 2).t()
+    edge_index = torch.cat([e, e.flip(0)], dim=1)
+    opcode = torch.as_tensor(graph.node_opcode, dtype=torch.long)
+    opcode = torch.where((opcode >= 0) & (opcode < NUM_OPCODES), opcode, 0)
+    tile = isinstance(graph, TileGraph)
+    return GraphTensors(
+        name=graph.name, kind=graph.kind,
+        x=torch.from_numpy(transform.node(graph.node_feat)), opcode=opcode,
+        edge_index=edge_index,
+        config_nodes=(torch.zeros(0, dtype=torch.long) if tile
+                      else torch.as_tensor(graph.node_config_ids, dtype=torch.long)),
+        runtime=np.asarray(graph.target, dtype=np.float64),
+        graph=graph,
+        tile_configs=torch.from_numpy(transform.tile_config(graph.config_feat)) if tile else None,
+    )
+
+
+@dataclass
+class Batch:
+    """B graphs with C configs each (padded configs have mask False).
+
+    config: tile (B, C, config_dim); layout (C, K, 18) for the K configurable nodes of
+    all graphs together, `config_nodes` (K,) giving their index into the N batch nodes.
+    """
+
+    x: Tensor  # (N, node_dim)
+    opcode: Tensor  # (N,)
+    edge_index: Tensor  # (2, E)
+    node_graph: Tensor  # (N,) graph of each node
+    num_graphs: int
+    config: Tensor
+    config_nodes: Tensor  # (K,)
+    config_graph: Tensor  # (K,) graph of each configurable node
+    mask: Tensor  # (B, C) bool
+    runtime: Tensor | None = None  # (B, C) float32, for losses
+
+    def to(self, device: torch.device | str) -> Batch:
+        moved = {k: (v.to(device, non_blocking=True) if isinstance(v, Tensor) else v)
+                 for k, v in self.__dict__.items()}
+        return Batch(**moved)
+
+
+def collate(items: list[tuple[GraphTensors, np.ndarray]], with_runtime: bool = False) -> Batch:
+    """Batch graphs with their chosen config ids; shorter id lists are padded and masked."""
+    c = max(len(ids) for _, ids in items)
+    xs, ops, edges, node_graph, cfgs, cfg_nodes, cfg_graph, masks, runtimes = ([] for _ in range(9))
+    offset = 0
+    for b, (g, ids) in enumerate(items):
+        ids = np.asarray(ids, dtype=np.int64)
+        padded = np.concatenate([ids, np.full(c - ids.size, ids[0], np.int64)])
+        n = g.x.shape[0]
+        xs.append(g.x)
+        ops.append(g.opcode)
+        edges.append(g.edge_index + offset)
+        node_graph.append(torch.full((n,), b, dtype=torch.long))
+        cfgs.append(g.configs(padded))
+        cfg_nodes.append(g.config_nodes + offset)
+        cfg_graph.append(torch.full((g.config_nodes.numel(),), b, dtype=torch.long))
+        masks.append(torch.arange(c) < ids.size)
+        if with_runtime:
+            runtimes.append(torch.as_tensor(g.runtime[padded], dtype=torch.float32))
+        offset += n
+    tile = items[0][0].kind == "tile"
+    return Batch(
+        x=torch.cat(xs), opcode=torch.cat(ops), edge_index=torch.cat(edges, dim=1),
+        node_graph=torch.cat(node_graph), num_graphs=len(items),
+        config=torch.stack(cfgs) if tile else torch.cat(cfgs, dim=1),
+        config_nodes=torch.cat(cfg_nodes), config_graph=torch.cat(cfg_graph),
+        mask=torch.stack(masks), runtime=torch.stack(runtimes) if with_runtime else None,
+    )
+
+
+def mlp(d_in: int, d_hidden: int, d_out: int, dropout: float = 0.0) -> nn.Sequential:
+    """Two linear layers with a GELU between: the small MLP every model uses."""
+    return nn.Sequential(nn.Linear(d_in, d_hidden), nn.GELU(), nn.Dropout(dropout),
+                         nn.Linear(d_hidden, d_out))
+
+
+class RankingNet(nn.Module):
+    """Base of every network: `forward(batch) → (B, C)` scores, LOWER = FASTER.
+
+    `score_configs` scores any number of configs of one graph in bounded-memory chunks.
+    Networks whose configs do not interact score each config independently, so chunking
+    cannot change a score; the cross-config ranker overrides it (see ranker.py).
+    """
+
+    kinds: tuple[str, ...] = ("tile", "layout")
+
+    @property
+    def device(self) -> torch.device:
+        return next(self.parameters()).device
+
+    @torch.no_grad()
+    def score_configs(self, g: GraphTensors, ids: np.ndarray, chunk_size: int = 1024) -> Tensor:
+        out = [self(collate([(g, chunk)]).to(self.device))[0, :len(chunk)].float().cpu()
+               for chunk in np.array_split(ids, max(1, -(-len(ids) // chunk_size)))]
+        return torch.cat(out)

@@ -1,0 +1,177 @@
+"""The default ranker: one readable module, settings in one dataclass.
+
+Pipeline for a layout graph (the tile variant differs only where noted):
+
+1. Pruning (data transform, `graphcost.data.prune`): keep the configurable nodes and
+   their `prune_hops`-hop neighbourhood.
+2. Node inputs: FeatureTransform features ‖ opcode embedding → MLP → h⁰ (N, d).
+3. Configs joined at their nodes: at each configurable node, h⁰ += MLP([h⁰ ‖ cfg]) for
+   every config, giving a (C, N, d) state over the one shared edge_index.
+   Tile: configs are graph-level, so the graph is encoded once (N, d) and the config
+   joins after pooling, MLP([pool ‖ MLP(cfg)]).
+4. A residual GNN stack: h ← h + GELU(SAGEConv(LayerNorm(h))), `layers` times.
+5. Pooling: [mean ‖ max over all nodes ‖ mean over configurable nodes] → d.
+6. Cross-configuration attention: each config's embedding attends to the other
+   configs of its graph (a pre-norm transformer block, `attn_layers` of them), so the
+   model scores a config relative to its alternatives.
+7. Head: LayerNorm → MLP → one score; LOWER = FASTER.
+
+Chunk-order independence at full size: during training the C sampled configs attend
+to each other. At prediction a graph's configs may be far too many for one pass, so
+every config attends to itself and to a FIXED REFERENCE SET of `ref_configs` configs
+of its graph (`reference_ids`: a seeded choice that depends only on the graph's
+number of configs; a query never sees itself twice). A config's score therefore
+depends only on the config and the graph, never on which chunk it was scored in, the
+chunk size, the order of chunks, or which other configs were asked for.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+import torch
+from torch import Tensor, nn
+from torch_geometric.nn import SAGEConv, global_max_pool
+from torch_geometric.nn import global_mean_pool as mean_pool
+
+from graphcost.models.base import NUM_OPCODES, Batch, GraphTensors, RankingNet, collate, mlp
+
+
+@dataclass
+class RankerSettings:
+    hidden: int = 64
+    opcode_dim: int = 32
+    layers: int = 3  # residual SAGE layers
+    dropout: float = 0.0
+    prune_hops: int = 2  # layout: keep configurable nodes and k-hop neighbours; −1: keep all
+    attn_layers: int = 1  # cross-config transformer blocks; 0 disables the attention
+    heads: int = 4
+    ref_configs: int = 32  # reference set size at prediction (≈ configs per graph in training)
+
+
+def reference_ids(num_configs: int, size: int) -> np.ndarray:
+    """The fixed reference configs of a graph: a function of its config count alone."""
+    if num_configs <= size:
+        return np.arange(num_configs)
+    return np.sort(np.random.default_rng(0).choice(num_configs, size, replace=False))
+
+
+class CrossConfigAttention(nn.Module):
+    """Pre-norm transformer block across the configs of one graph.
+
+    Queries h (B, Q, d) attend to themselves and to reference configs ref (B, R, d);
+    `same` (B|1, Q, R) hides a reference that is the query itself, `ref_mask` (B, R)
+    hides padding. In training ref is h and `same` the identity: plain self-attention.
+    """
+
+    def __init__(self, d: int, heads: int, dropout: float = 0.0):
+        super().__init__()
+        if d % heads:
+            raise ValueError(f"hidden size {d} is not divisible by {heads} heads")
+        self.heads = heads
+        self.norm1, self.norm2 = nn.LayerNorm(d), nn.LayerNorm(d)
+        self.q, self.kv, self.o = nn.Linear(d, d), nn.Linear(d, 2 * d), nn.Linear(d, d)
+        self.ff = mlp(d, 2 * d, d, dropout)
+        self.drop = nn.Dropout(dropout)
+
+    def _split(self, t: Tensor) -> Tensor:  # (B, L, d) → (B, H, L, d/H)
+        return t.unflatten(-1, (self.heads, -1)).transpose(1, 2)
+
+    def forward(self, h: Tensor, ref: Tensor, same: Tensor, ref_mask: Tensor) -> Tensor:
+        a, r = self.norm1(h), self.norm1(ref)
+        q = self._split(self.q(a))
+        k_self, v_self = map(self._split, self.kv(a).chunk(2, dim=-1))
+        k_ref, v_ref = map(self._split, self.kv(r).chunk(2, dim=-1))
+        scale = q.shape[-1] ** -0.5
+        logit_self = (q * k_self).sum(-1, keepdim=True) * scale  # (B, H, Q, 1)
+        logit_ref = (q @ k_ref.transpose(-1, -2)) * scale  # (B, H, Q, R)
+        hide = same | ~ref_mask[:, None, :]
+        logit_ref = logit_ref.masked_fill(hide.unsqueeze(1), float("-inf"))
+        w = torch.softmax(torch.cat([logit_self, logit_ref], dim=-1), dim=-1)
+        out = w[..., :1] * v_self + w[..., 1:] @ v_ref
+        h = h + self.drop(self.o(out.transpose(1, 2).flatten(2)))
+        return h + self.drop(self.ff(self.norm2(h)))
+
+
+class Ranker(RankingNet):
+    """The default ranker (see the module docstring); `kind` picks the tile variant."""
+
+    def __init__(self, kind: str, s: RankerSettings, node_dim: int, config_dim: int):
+        super().__init__()
+        d = s.hidden
+        self.kind, self.s = kind, s
+        self.opcode = nn.Embedding(NUM_OPCODES, s.opcode_dim)
+        self.node_in = mlp(node_dim + s.opcode_dim, d, d, s.dropout)
+        if kind == "layout":
+            self.join = mlp(d + 18, d, d, s.dropout)
+            self.pool = nn.Linear(3 * d, d)
+        else:
+            self.config_in = mlp(config_dim, d, d, s.dropout)
+            self.join = mlp(2 * d + d, d, d, s.dropout)
+        self.convs = nn.ModuleList(SAGEConv(d, d) for _ in range(s.layers))
+        self.norms = nn.ModuleList(nn.LayerNorm(d) for _ in range(s.layers))
+        self.attn = nn.ModuleList(CrossConfigAttention(d, s.heads, s.dropout)
+                                  for _ in range(s.attn_layers))
+        self.head = nn.Sequential(nn.LayerNorm(d), mlp(d, d, 1, s.dropout))
+        self.drop = nn.Dropout(s.dropout)
+
+    def _gnn(self, h: Tensor, edge_index: Tensor) -> Tensor:
+        for conv, norm in zip(self.convs, self.norms, strict=True):
+            h = h + self.drop(nn.functional.gelu(conv(norm(h), edge_index)))
+        return h
+
+    def embed(self, b: Batch) -> Tensor:
+        """(B, C, d) per-config embeddings; configs do not interact here."""
+        h0 = self.node_in(torch.cat([b.x, self.opcode(b.opcode)], dim=-1))  # (N, d)
+        if self.kind == "tile":
+            h = self._gnn(h0, b.edge_index)
+            g = torch.cat([mean_pool(h, b.node_graph, b.num_graphs),
+                           global_max_pool(h, b.node_graph, b.num_graphs)], -1)  # (B, 2d)
+            cfg = self.config_in(b.config)  # (B, C, d)
+            return self.join(torch.cat([g.unsqueeze(1).expand(-1, cfg.shape[1], -1), cfg], -1))
+        c = b.config.shape[0]
+        at = h0[b.config_nodes].expand(c, -1, -1)  # (C, K, d)
+        delta = self.join(torch.cat([at, b.config], dim=-1))
+        h = self._gnn(h0.expand(c, -1, -1).index_add(1, b.config_nodes, delta), b.edge_index)
+        pooled = torch.cat([mean_pool(h, b.node_graph, b.num_graphs),
+                            global_max_pool(h, b.node_graph, b.num_graphs),
+                            mean_pool(h[:, b.config_nodes], b.config_graph, b.num_graphs)], -1)
+        return self.pool(pooled).transpose(0, 1)  # (B, C, d)
+
+    def forward(self, b: Batch) -> Tensor:
+        """Training scores (B, C): the sampled configs of each graph attend to each other."""
+        h = self.embed(b)
+        same = torch.eye(h.shape[1], dtype=torch.bool, device=h.device).unsqueeze(0)
+        for block in self.attn:
+            h = block(h, h, same, b.mask)
+        return self.head(h).squeeze(-1)
+
+    @torch.no_grad()
+    def score_configs(self, g: GraphTensors, ids: np.ndarray, chunk_size: int = 1024) -> Tensor:
+        """Scores of configs `ids` of one graph against the fixed reference set."""
+        ids = np.asarray(ids, dtype=np.int64)
+        dev = self.device
+
+        def embed(chunk: np.ndarray) -> Tensor:
+            return self.embed(collate([(g, chunk)]).to(dev))
+
+        def chunks(a: np.ndarray) -> list[np.ndarray]:
+            return [a[i:i + chunk_size] for i in range(0, len(a), chunk_size)]
+
+        ref_ids = reference_ids(g.num_configs, self.s.ref_configs)
+        ref = torch.cat([embed(c) for c in chunks(ref_ids)], dim=1)  # (1, R, d)
+        ref_mask = torch.ones(1, ref.shape[1], dtype=torch.bool, device=dev)
+        refs = [ref]  # the reference set's state entering each block
+        eye = torch.eye(ref.shape[1], dtype=torch.bool, device=dev).unsqueeze(0)
+        for block in self.attn:
+            refs.append(block(refs[-1], refs[-1], eye, ref_mask))
+        rid = torch.as_tensor(ref_ids, device=dev)
+        out = []
+        for chunk in chunks(ids):
+            h = embed(chunk)
+            same = (torch.as_tensor(chunk, device=dev)[:, None] == rid[None, :]).unsqueeze(0)
+            for block, r in zip(self.attn, refs, strict=False):
+                h = block(h, r, same, ref_mask)
+            out.append(self.head(h).squeeze(-1)[0].float().cpu())
+        return torch.cat(out) if out else torch.zeros(0)

@@ -1,0 +1,28 @@
+from click.testing import CliRunner
+
+from graphcost.cli import main
+
+
+def test_info_on_bundled_sample():
+    result = CliRunner().invoke(main, ["info", "--sample"])
+    assert result.exit_code == 0, result.output
+    assert "tile:synth train" in result.output and "layout:synth:random valid" in result.output
+
+
+def test_info_on_one_file_and_validate_sample(tmp_path, tile_graph):
+    from graphcost.data.inspect import sample_root
+    from graphcost.formats import write_graph
+
+    path = write_graph(tmp_path / "k.npz", tile_graph)
+    result = CliRunner().invoke(main, ["info", str(path)])
+    assert result.exit_code == 0 and "k.npz" in result.output
+    ok = CliRunner().invoke(main, ["validate", str(sample_root())])
+    assert ok.exit_code == 0 and " 0 bad" in ok.output
+
+
+def test_bench_io_prints_figures():
+    result = CliRunner().invoke(main, ["bench", "io", "--configs", "2000", "--configurable",
+                                       "8", "--scan-files", "3"])
+    assert result.exit_code == 0, result.output
+    assert "open stored + read 64 configs" in result.output
+    assert "eager: load deflated file whole" in result.output

@@ -1,0 +1,93 @@
+import zipfile
+
+import numpy as np
+import pytest
+from conftest import raw_arrays
+
+from graphcost.formats import GraphFileError, LayoutGraph, read_graph, write_graph
+from graphcost.formats.npz import cache_dir, open_member_mmap
+
+
+def _same(a, b):
+    assert type(a) is type(b)
+    for k, v in vars(a).items():
+        w = getattr(b, k)
+        if isinstance(v, np.ndarray):
+            assert np.asarray(w).dtype == v.dtype, k
+            np.testing.assert_array_equal(np.asarray(w), v, err_msg=k)
+        else:
+            assert w == v, k
+
+
+@pytest.mark.parametrize("compress", [True, False])
+def test_tile_and_layout_round_trip(tmp_path, tile_graph, layout_graph, compress):
+    for g in (tile_graph, layout_graph):
+        path = write_graph(tmp_path / f"{g.name}.npz", g, compress=compress)
+        _same(g, read_graph(path, lazy=True))
+        _same(g, read_graph(path, lazy=False))
+
+
+def test_dtypes_seen_in_the_wild_are_cast_and_splits_flattened(tmp_path, layout_graph):
+    a = raw_arrays(layout_graph)
+    a["node_opcode"] = a["node_opcode"].astype(np.uint8)
+    a["edge_index"] = a["edge_index"].astype(np.int32)
+    a["node_config_ids"] = a["node_config_ids"].astype(np.int32)
+    a["config_runtime"] = a["config_runtime"].astype(np.int64)
+    a["node_splits"] = np.array([[0, 10, 30]], dtype=np.int32)  # (1, k) as published
+    np.savez(tmp_path / "wild.npz", **a)
+    g = read_graph(tmp_path / "wild.npz")
+    assert g.node_opcode.dtype == np.int64 and g.edge_index.dtype == np.int64
+    assert g.config_runtime.dtype == np.float64
+    assert g.node_splits.tolist() == [0, 10, 30]
+    np.testing.assert_array_equal(g.node_opcode, layout_graph.node_opcode)
+
+
+def test_empty_edge_list_reads_as_m_by_2(tmp_path, tile_graph):
+    a = raw_arrays(tile_graph)
+    a["edge_index"] = np.zeros((0,), np.int64)
+    np.savez(tmp_path / "e.npz", **a)
+    assert read_graph(tmp_path / "e.npz").edge_index.shape == (0, 2)
+
+
+def test_lazy_configs_are_memory_mapped_and_subset_in_order(tmp_path, layout_graph):
+    for compress in (False, True):
+        path = write_graph(tmp_path / f"l{compress}.npz", layout_graph, compress=compress)
+        g = read_graph(path)
+        assert isinstance(g, LayoutGraph)
+        assert isinstance(g.node_config_feat, np.memmap)
+        ids = np.array([7, 2, 39, 2])
+        np.testing.assert_array_equal(g.configs(ids), layout_graph.node_config_feat[ids])
+    # the compressed member was extracted once into the cache, the stored one was not
+    assert len(list(cache_dir().glob("*.npy"))) == 1
+
+
+def test_stored_member_is_mapped_in_place(tmp_path, layout_graph):
+    path = write_graph(tmp_path / "s.npz", layout_graph, compress=False)
+    m = open_member_mmap(path, "node_config_feat")
+    assert str(m.filename).endswith("s.npz")
+
+
+def test_cache_is_rebuilt_when_the_file_changes(tmp_path, layout_graph):
+    path = write_graph(tmp_path / "c.npz", layout_graph)
+    first = np.array(read_graph(path).configs(np.array([0])))
+    layout_graph.node_config_feat = layout_graph.node_config_feat[::-1].copy()
+    write_graph(path, layout_graph)
+    second = np.array(read_graph(path).configs(np.array([0])))
+    np.testing.assert_array_equal(second, layout_graph.node_config_feat[[0]])
+    assert not np.array_equal(first, second)
+
+
+def test_truncated_stored_member_is_reported(tmp_path, layout_graph):
+    path = write_graph(tmp_path / "t.npz", layout_graph, compress=False)
+    data = path.read_bytes()
+    (tmp_path / "cut.npz").write_bytes(data[: len(data) // 2])
+    with pytest.raises(GraphFileError) as e:
+        read_graph(tmp_path / "cut.npz")
+    assert "cut.npz" in str(e.value)
+
+
+def test_written_file_is_a_plain_npz(tmp_path, tile_graph):
+    path = write_graph(tmp_path / "x.npz", tile_graph)
+    with zipfile.ZipFile(path) as zf:
+        assert sorted(zf.namelist()) == sorted(f"{k}.npy" for k in raw_arrays(tile_graph))
+    assert not list(tmp_path.glob("*.part"))
