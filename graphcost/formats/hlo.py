@@ -5,7 +5,9 @@ Every computation of the module is flattened into one graph, in the proto's orde
 consumers). One node per instruction; an edge `[consumer, producer]` to each distinct
 operand and to the root of every computation the instruction calls (fusion, while,
 call, reduce's `to_apply`, ...). `node_splits` holds the node id where each computation
-starts. `FEATURE_TABLE` below says how each of the 140 columns is computed.
+starts (the official converter marks only computations named *cluster*, *while* or
+*cond* and appends n; every start is the more useful and DESIGN §1 reading).
+`FEATURE_TABLE` below says how each of the 140 columns is computed.
 """
 
 from __future__ import annotations

@@ -146,7 +146,7 @@ def tile_config_features(cfg: pb.TileSizeConfig) -> np.ndarray:
     return np.asarray(out, dtype=np.float32)
 
 
-def layout_config_features(cfg, num_nodes: int) -> np.ndarray | None:
+def layout_config_features(cfg: pb.LayoutConfig, num_nodes: int) -> np.ndarray | None:
     """(nc, 18): per configurable node, tensors (output, input, kernel) x 6 minor-to-major
     dims, −1 padded; None if the config does not fit (`run_bad_layout`)."""
     if len(cfg.nodes) != num_nodes:
@@ -198,7 +198,12 @@ def tile_graph(record: pb.ModuleTuningData, graph: HloGraph, name: str,
 
 def layout_graph(record: pb.ModuleTuningData, graph: HloGraph, name: str,
                  report: ConvertReport, source: Path, key: str) -> LayoutGraph | None:
-    """A layout record as a `LayoutGraph` (raw runtimes), or None (reason in `report`)."""
+    """A layout record as a `LayoutGraph` (raw runtimes), or None (reason in `report`).
+
+    `config_index_to_node` holds positions in the flattened node order (in the fixture
+    they all land on convolutions and reshapes; read as instruction ids they would not).
+    Unlike tile records no default run is required: layout runtimes are not normalized.
+    """
     ids = np.asarray(record.config_index_to_node, dtype=np.int64)
     if ids.size and ids.max() >= graph.num_nodes:
         raise GraphFileError(source, f"{key}.config_index_to_node", "node ids of the flattened "
