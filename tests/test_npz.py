@@ -90,4 +90,5 @@ def test_written_file_is_a_plain_npz(tmp_path, tile_graph):
     path = write_graph(tmp_path / "x.npz", tile_graph)
     with zipfile.ZipFile(path) as zf:
         assert sorted(zf.namelist()) == sorted(f"{k}.npy" for k in raw_arrays(tile_graph))
-    assert not list(tmp_path.glob("*.part"))
+    assert [p.name for p in tmp_path.iterdir() if p.name != "cache"] == ["x.npz"]
+    assert path.stat().st_mode & 0o044 == 0o044  # readable by others: can be shipped

@@ -8,12 +8,12 @@ full permutation for layout.
 from __future__ import annotations
 
 import csv
-import os
-import tempfile
 from collections.abc import Iterable, Mapping
 from pathlib import Path
 
 import numpy as np
+
+from graphcost.atomic import atomic_open
 
 TILE_TOP = 5
 
@@ -36,18 +36,11 @@ def ranking_from_scores(kind: str, scores: np.ndarray) -> list[int]:
 def write_submission(rows: Mapping[str, Iterable[int]], path: str | Path) -> Path:
     """Write {ID: ranked config indices} as a submission CSV, atomically."""
     path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(dir=path.parent, suffix=".csv.part")
-    try:
-        with os.fdopen(fd, "w", newline="") as f:
-            w = csv.writer(f)
-            w.writerow(["ID", "TopConfigs"])
-            for key in sorted(rows):
-                w.writerow([key, ";".join(str(int(i)) for i in rows[key])])
-        os.replace(tmp, path)
-    except BaseException:
-        os.unlink(tmp)
-        raise
+    with atomic_open(path, "w", newline="") as f:
+        w = csv.writer(f)
+        w.writerow(["ID", "TopConfigs"])
+        for key in sorted(rows):
+            w.writerow([key, ";".join(str(int(i)) for i in rows[key])])
     return path
 
 

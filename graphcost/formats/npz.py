@@ -13,7 +13,6 @@ import hashlib
 import os
 import shutil
 import struct
-import tempfile
 import zipfile
 import zlib
 from collections.abc import Iterator
@@ -23,6 +22,7 @@ from pathlib import Path
 
 import numpy as np
 
+from graphcost.atomic import atomic_open
 from graphcost.formats.errors import GraphFileError
 
 NUM_NODE_FEATURES = 140
@@ -287,15 +287,8 @@ def _mmap_cached(path: Path, zf: zipfile.ZipFile, info: zipfile.ZipInfo) -> np.n
     ident = f"{path.resolve()}|{st.st_size}|{st.st_mtime_ns}|{info.filename}"
     target = cache_dir() / (hashlib.sha1(ident.encode()).hexdigest() + ".npy")
     if not target.exists():
-        target.parent.mkdir(parents=True, exist_ok=True)
-        fd, tmp = tempfile.mkstemp(dir=target.parent, suffix=".part")
-        try:
-            with os.fdopen(fd, "wb") as out, zf.open(info) as src:
-                shutil.copyfileobj(src, out, length=16 << 20)
-            os.replace(tmp, target)
-        except BaseException:
-            os.unlink(tmp)
-            raise
+        with atomic_open(target) as out, zf.open(info) as src:
+            shutil.copyfileobj(src, out, length=16 << 20)
     arr = np.load(target, mmap_mode="r")
     return arr if arr.size else np.zeros(arr.shape, arr.dtype)
 
@@ -315,13 +308,6 @@ def write_graph(path: str | Path, graph: Graph, compress: bool = True) -> Path:
     validate_graph(graph, path, deep=False)
     keys = TILE_KEYS if graph.kind == "tile" else LAYOUT_KEYS
     arrays = {k: np.asarray(getattr(graph, k)) for k in keys}
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(dir=path.parent, suffix=".npz.part")
-    try:
-        with os.fdopen(fd, "wb") as f:
-            (np.savez_compressed if compress else np.savez)(f, **arrays)
-        os.replace(tmp, path)
-    except BaseException:
-        os.unlink(tmp)
-        raise
+    with atomic_open(path) as f:
+        (np.savez_compressed if compress else np.savez)(f, **arrays)
     return path
