@@ -60,7 +60,7 @@ def validate(paths: tuple[str, ...]) -> None:
     from graphcost.data.inspect import expand_paths, validate_paths
 
     n = len(expand_paths(paths))
-    bad = validate_paths(paths, progress=lambda it: tqdm(it, total=n, desc="validate",
+    bad = validate_paths(paths, progress=lambda it: tqdm(it, total=n, desc="validate", disable=None,
                                                          unit="file", leave=False))
     for e in bad:
         click.echo(f"BAD {e}")
@@ -135,3 +135,260 @@ def extract(spec: str, out: str) -> None:
 
 
 # ---------------------------------------------------------------- models (issue 3)
+
+
+def _parse_sets(pairs: tuple[str, ...]) -> tuple[dict, dict]:
+    """`--set key=value` pairs → (training settings, model settings), by field name."""
+    import ast
+    import dataclasses
+
+    from graphcost.train.trainer import TrainSettings
+
+    train_fields = {f.name for f in dataclasses.fields(TrainSettings)}
+    train_kw, model_kw = {}, {}
+    for pair in pairs:
+        key, sep, raw = pair.partition("=")
+        if not sep:
+            raise click.BadParameter(f"expected key=value, got '{pair}'", param_hint="--set")
+        try:
+            value = ast.literal_eval(raw)
+        except (ValueError, SyntaxError):
+            value = raw
+        (train_kw if key in train_fields else model_kw)[key] = value
+    return train_kw, model_kw
+
+
+@main.command("train")
+@click.argument("data", type=click.Path(exists=True))
+@click.option("--model", "model_name", default="ranker", show_default=True,
+              help="ranker, or a baseline: sage-early, sage-late, mlp (tile), resgcn (layout)")
+@click.option("--out", "out_dir", required=True, type=click.Path(), help="run directory")
+@click.option("--resume", is_flag=True, help="continue from OUT/last.pt")
+@click.option("--device", type=click.Choice(["cpu", "cuda"]), default="cpu", show_default=True)
+@click.option("--seed", type=int, default=0, show_default=True)
+@click.option("--epochs", type=int, default=None)
+@click.option("--set", "sets", multiple=True, metavar="KEY=VALUE",
+              help="a training setting (lr, configs_per_graph, loss, …) or model setting "
+                   "(hidden, layers, prune_hops, …); repeatable")
+def train_cmd(data: str, model_name: str, out_dir: str, resume: bool, device: str, seed: int,
+              epochs: int | None, sets: tuple[str, ...]) -> None:
+    """Train a ranking model on a collection (its train split; valid for early stopping)."""
+    from graphcost.train.tasks import train_model
+    from graphcost.train.trainer import TrainSettings
+
+    train_kw, model_kw = _parse_sets(sets)
+    train_kw.update(device=device, seed=seed)
+    if epochs is not None:
+        train_kw["epochs"] = epochs
+    _, result = train_model(data, model_name, out_dir, TrainSettings(**train_kw), model_kw, resume)
+    click.echo(f"{result['collection']}: best epoch {result['best_epoch']} "
+               f"(score {result['best_score']:.4f}); model in {out_dir}")
+
+
+@main.command("evaluate")
+@click.argument("model", type=click.Path(exists=True, dir_okay=False))
+@click.argument("data", type=click.Path(exists=True))
+@click.option("--split", default="valid", show_default=True)
+@click.option("--max-configs", type=int, default=0, help="score a fixed subset per graph (0: all)")
+@click.option("--json", "json_path", type=click.Path(), default=None, help="also write JSON here")
+@click.option("--device", type=click.Choice(["cpu", "cuda"]), default="cpu", show_default=True)
+def evaluate_cmd(model: str, data: str, split: str, max_configs: int, json_path: str | None,
+                 device: str) -> None:
+    """Metrics of a saved model on a split: per-graph table and means with 95% intervals."""
+    from graphcost.train.tasks import evaluate_model, format_report, write_json
+
+    report = evaluate_model(model, data, split, max_configs=max_configs, device=device)
+    click.echo(format_report(report))
+    if json_path:
+        write_json(report, json_path)
+
+
+@main.command("predict")
+@click.argument("model", type=click.Path(exists=True, dir_okay=False))
+@click.argument("graph", type=click.Path(exists=True, dir_okay=False))
+@click.option("--top", type=int, default=0, help="print only the best N (0: all)")
+@click.option("--device", type=click.Choice(["cpu", "cuda"]), default="cpu", show_default=True)
+def predict_cmd(model: str, graph: str, top: int, device: str) -> None:
+    """Rank the configs of one .npz: `rank index score`, fastest first."""
+    from graphcost.train.tasks import predict_file
+
+    order, scores = predict_file(model, graph, device=device)
+    for rank, i in enumerate(order[:top] if top else order):
+        click.echo(f"{rank}\t{int(i)}\t{scores[i]:.6f}")
+
+
+@main.command("submit")
+@click.argument("data", type=click.Path(exists=True, file_okay=False))
+@click.option("--model", "-m", "models", multiple=True, required=True,
+              metavar="COLLECTION=MODEL.pt", help="a model per collection; repeatable")
+@click.option("--out", "out_path", required=True, type=click.Path(dir_okay=False))
+@click.option("--split", default="test", show_default=True)
+@click.option("--device", type=click.Choice(["cpu", "cuda"]), default="cpu", show_default=True)
+def submit_cmd(data: str, models: tuple[str, ...], out_path: str, split: str, device: str) -> None:
+    """Write a competition CSV ranking every graph of SPLIT of the named collections."""
+    from graphcost.data.collection import find_collections
+    from graphcost.train.tasks import make_submission
+
+    mapping = {}
+    for item in models:
+        name, sep, path = item.rpartition("=")
+        if not sep:  # a bare model path: only for a root holding one collection
+            found = find_collections(data)
+            if len(found) != 1:
+                raise click.BadParameter(f"name the collection: one of {sorted(found)}",
+                                         param_hint="--model")
+            name, path = next(iter(found)), item
+        mapping[name] = path
+    out = make_submission(mapping, data, out_path, split=split, device=device)
+    click.echo(f"wrote {out}")
+
+
+@bench.command("train")
+@click.option("--model", "models", multiple=True, help="only these models (default: all)")
+@click.option("--steps", type=int, default=20, show_default=True, help="timed training steps")
+@click.option("--configs", type=int, default=128, show_default=True,
+              help="configs of each inference graph")
+@click.option("--threads", type=int, default=0, help="torch threads (0: torch's default)")
+@click.option("--json", "json_path", type=click.Path(), default=None)
+def bench_train_cmd(models: tuple[str, ...], steps: int, configs: int, threads: int,
+                    json_path: str | None) -> None:
+    """Training graphs/s and configs/s, inference configs/s on 1k- and 10k-node graphs,
+    and peak RSS, for the default ranker and every baseline on the same synthetic data."""
+    import json
+
+    from graphcost.train.bench import bench_train, format_bench
+
+    rows = bench_train(list(models) or None, steps=steps, inference_configs=configs,
+                       threads=threads)
+    click.echo(format_bench(rows))
+    if json_path:
+        with open(json_path, "w") as f:
+            json.dump(rows, f, indent=1)
+
+
+# ---------------------------------------------------------------- measure, collect (issue 5)
+
+
+def _protocol_options(f):
+    """The timing-protocol options shared by `measure` and `collect`."""
+    f = click.option("--configs", "num_configs", default=16, show_default=True,
+                     help="Configs sampled per graph (the default config included).")(f)
+    f = click.option("--runs", default=20, show_default=True, help="Timed rounds.")(f)
+    f = click.option("--warmup", default=3, show_default=True, help="Untimed rounds first.")(f)
+    f = click.option("--max-run-s", default=0.25, show_default=True,
+                     help="A config whose single run is slower fails.")(f)
+    f = click.option("--seed", default=0, show_default=True,
+                     help="Seed of the config sampling and of the split assignment.")(f)
+    return f
+
+
+def _program_kwargs(per_family: int, families: str | None) -> dict:
+    kwargs: dict = {"per_family": per_family}
+    if families:
+        kwargs["families"] = [f.strip() for f in families.split(",") if f.strip()]
+    return kwargs
+
+
+@main.command()
+@click.argument("program")
+@click.option("--kind", type=click.Choice(["layout:random", "layout:default", "options"]),
+              default="layout:random", show_default=True)
+@click.option("--programs", "source", default="graphcost.xla.programs:zoo", show_default=True,
+              metavar="MODULE:FUNCTION", help="Where PROGRAM comes from.")
+@click.option("--per-family", default=4, show_default=True, help="Zoo programs per family.")
+@click.option("--core", type=int, default=None, help="Pin to this core (default: unpinned).")
+@click.option("--out", type=click.Path(dir_okay=False), default=None, help="Write the graph.")
+@click.option("--check-options", is_flag=True, help="Also list which option knobs XLA accepts.")
+@_protocol_options
+def measure(program: str, kind: str, source: str, per_family: int, core: int | None,
+            out: str | None, check_options: bool, num_configs: int, runs: int, warmup: int,
+            max_run_s: float, seed: int) -> None:
+    """Time the sampled configs of one PROGRAM (e.g. mlp.000) and print each one."""
+    from graphcost.formats.npz import write_graph
+    from graphcost.xla.collect import measure_program
+    from graphcost.xla.measure import Protocol
+
+    if check_options:
+        from graphcost.xla.configs import check_knobs
+
+        for label, status in check_knobs().items():
+            click.echo(f"  {label:45} {status}")
+    try:
+        graph, report = measure_program(program, kind, source, _program_kwargs(per_family, None),
+                                        num_configs, seed, Protocol(warmup, runs, max_run_s),
+                                        core)
+    except (ImportError, ValueError) as e:
+        raise click.ClickException(str(e)) from None
+    for i, r in enumerate(report.results):
+        detail = (f"median {r.median_ns / 1e3:9.1f} us  min {r.min_ns / 1e3:9.1f} us  "
+                  f"spread {r.spread:.3f}" if r.ok else f"FAILED {r.status}: {r.error}")
+        click.echo(f"  config {i:3d}  {detail}")
+    s = report.summary()
+    click.echo(f"{program} {kind}: {len(report.kept)}/{len(report.results)} configs ok, "
+               f"compile {report.compile_s:.1f}s, total {report.time_s:.1f}s, "
+               f"max/min runtime {s['runtime_max_over_min']}")
+    if out and graph is not None:
+        write_graph(out, graph)
+        click.echo(f"wrote {out}")
+
+
+@main.command()
+@click.argument("out", type=click.Path(file_okay=False))
+@click.option("--programs", "sources", multiple=True, metavar="MODULE:FUNCTION",
+              help="Program sources (repeatable); default: the built-in zoo.")
+@click.option("--per-family", default=4, show_default=True, help="Zoo programs per family.")
+@click.option("--families", default=None, help="Comma-separated zoo families (default: all).")
+@click.option("--kinds", default="layout:random,layout:default,options", show_default=True,
+              help="Comma-separated: layout:random, layout:default, options.")
+@click.option("--workers", default=0, show_default=True, help="Worker processes (0: one/core).")
+@click.option("--limit", default=0, show_default=True, help="Stop after N graphs (0: all).")
+@click.option("--repeat", default=0, show_default=True,
+              help="Re-time N graphs per kind in fresh processes: the noise ceiling τ.")
+@click.option("--retry-failed", is_flag=True, help="Measure graphs logged as failed again.")
+@_protocol_options
+def collect(out: str, sources: tuple[str, ...], per_family: int, families: str | None,
+            kinds: str, workers: int, limit: int, repeat: int, retry_failed: bool,
+            num_configs: int, runs: int, warmup: int, max_run_s: float, seed: int) -> None:
+    """Measure programs x configs into TpuGraphs collections under OUT (resumable).
+
+    The bundled dataset: graphcost collect build/sample --per-family 12 --configs 24
+    --repeat 3, then copy build/sample/npz/{layout,options}/cpu into graphcost/sample/npz/.
+    """
+    import sys
+
+    from tqdm import tqdm
+
+    from graphcost.xla.collect import DEFAULT_PROGRAMS, CollectSpec
+    from graphcost.xla.collect import collect as run_collect
+    from graphcost.xla.measure import Protocol
+
+    try:
+        spec = CollectSpec(out=out, programs=list(sources) or [DEFAULT_PROGRAMS],
+                           program_kwargs=_program_kwargs(per_family, families),
+                           kinds=[k.strip() for k in kinds.split(",") if k.strip()],
+                           num_configs=num_configs, seed=seed,
+                           protocol=Protocol(warmup, runs, max_run_s), workers=workers,
+                           limit=limit, retry_failed=retry_failed)
+    except ValueError as e:
+        raise click.ClickException(str(e)) from None
+    bars: list = []
+
+    def progress(total: int, initial: int):
+        bar = tqdm(total=total, initial=initial, unit="graph", dynamic_ncols=True)
+        bars.append(bar)
+        return bar.update
+
+    try:
+        result = run_collect(spec, progress, repeat, command=" ".join(["graphcost", *sys.argv[1:]]))
+    except (ImportError, ValueError) as e:
+        raise click.ClickException(str(e)) from None
+    finally:
+        for bar in bars:
+            bar.close()
+    click.echo(f"{result.written} graphs written, {result.failed} failed, {result.skipped} "
+               f"already done, {result.remaining} left")
+    for name, m in sorted(result.manifests.items()):
+        tau = m.get("noise_ceiling_tau")
+        click.echo(f"  {name:20} {m['splits']}  {m['samples_per_minute_per_core']} samples/min/"
+                   f"core  configs failed {m['configs_failed']}"
+                   + (f"  noise-ceiling τ {tau:.3f}" if tau is not None else ""))

@@ -1,0 +1,368 @@
+"""Configuration spaces of a JAX program on XLA:CPU: layouts (node-level) and options.
+
+Layout (as TpuGraphs layout). The program is traced once to a jaxpr and re-evaluated
+with layout constraints, so any JAX function works unchanged. Configurable nodes are
+the program's parameters (their layout is set with `jit(in_shardings=Format(Layout))`)
+and every `dot_general` / `conv_general_dilated` at the top level (jit calls inlined;
+bodies of scan/while/cond are left alone): its lhs, rhs and result go through
+`with_layout_constraint`, which XLA sees as a `LayoutConstraint` custom-call. Each dot
+is bound under a named scope `gcpN`, so the instruction it becomes is found again in the
+compiled module by its `op_name` metadata. A node's 18 features are its output layout
+(0-5), input (lhs) layout (6-11) and kernel (rhs) layout (12-17), each minor-to-major
+padded with -1; all -1 is the compiler's default. Only tensors of rank 2..6 are set.
+
+Compiler options (graph-level, as tile). `OPTION_KNOBS` lists options seen to change
+CPU runtime; each knob's first choice is "leave it unset". `option_features` encodes a
+config as 24 floats: feature i (i < len(OPTION_KNOBS)) is knob i's code (documented in
+the table; 0 = unset/default except where the code is the option's own number), the
+unused features up to 22 are 0, and feature 23 counts the knobs set away from default.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+
+from graphcost.formats.npz import NUM_LAYOUT_CONFIG_FEATURES, NUM_TILE_CONFIG_FEATURES
+
+MAX_RANK = 6
+ROLES = ("out", "in", "kernel")  # feature blocks 0-5, 6-11, 12-17
+POINT_PRIMITIVES = {"dot_general": "dot", "conv_general_dilated": "convolution"}
+_INLINED = {"pjit", "jit", "closed_call", "core_call"}
+
+#: slot -> major-to-minor order; a slot missing from the plan keeps the compiler default.
+LayoutPlan = dict[tuple[int, str], tuple[int, ...]]
+
+
+# ------------------------------------------------------------------ layout space
+
+
+@dataclass
+class Point:
+    """A configurable place: a parameter (role `out` only) or a dot/convolution."""
+
+    kind: str  # "parameter", "dot" or "convolution"
+    index: int  # parameter number, or the N of the scope `gcpN`
+    ranks: dict[str, int]  # role -> rank of that tensor
+
+    @property
+    def tag(self) -> str:
+        return f"gcp{self.index}"
+
+
+@dataclass
+class LayoutSpace:
+    """The layout configurations of one program, over its flattened arguments."""
+
+    fn: Callable
+    args: tuple
+    leaves: list = field(init=False)
+    points: list[Point] = field(init=False)
+    slots: list[tuple[int, str]] = field(init=False)  # (point, role) that can be set
+
+    def __post_init__(self) -> None:
+        import jax
+
+        self.leaves, self._in_tree = jax.tree.flatten(self.args)
+        closed = jax.make_jaxpr(lambda *xs: self.fn(*jax.tree.unflatten(self._in_tree, xs)))(
+            *self.leaves)
+        self._closed = closed
+        self.points = [Point("parameter", i, {"out": np.ndim(x)})
+                       for i, x in enumerate(self.leaves)]
+        self.points += _find_points(closed.jaxpr)
+        self.slots = [(p, r) for p, pt in enumerate(self.points)
+                      for r, rank in pt.ranks.items() if 2 <= rank <= MAX_RANK]
+
+    def restrict(self, points: Sequence[int]) -> None:
+        """Keep only the slots of these points (those found in the compiled module)."""
+        keep = set(points)
+        self.slots = [s for s in self.slots if s[0] in keep]
+
+    def rank(self, slot: tuple[int, str]) -> int:
+        return self.points[slot[0]].ranks[slot[1]]
+
+    def function(self, plan: LayoutPlan) -> Callable:
+        """The program over flat arguments, with the plan's intermediate constraints."""
+        dots = {(self.points[p].index, r): m2m for (p, r), m2m in plan.items()
+                if self.points[p].kind != "parameter"}
+        closed = self._closed
+
+        def flat(*xs):
+            return _evaluate(closed.jaxpr, closed.consts, xs, dots, [0])
+
+        return flat
+
+    def in_shardings(self, plan: LayoutPlan) -> list:
+        """`jit` in_shardings: a `Format(Layout(...))` for each parameter the plan sets."""
+        import jax
+        from jax.experimental.layout import Format, Layout
+        from jax.sharding import SingleDeviceSharding
+
+        sharding = SingleDeviceSharding(jax.devices()[0])
+        out: list = [None] * len(self.leaves)
+        for (p, _), m2m in plan.items():
+            if self.points[p].kind == "parameter":
+                out[self.points[p].index] = Format(Layout(tuple(m2m)), sharding)
+        return out
+
+    def compile(self, plan: LayoutPlan, compiler_options: dict[str, Any] | None = None):
+        """The XLA executable of the program under `plan` (raises if XLA refuses it)."""
+        import jax
+
+        jitted = jax.jit(self.function(plan), in_shardings=self.in_shardings(plan),
+                         keep_unused=True)
+        lowered = jitted.lower(*self.leaves)
+        return lowered.compile(compiler_options) if compiler_options else lowered.compile()
+
+    def features(self, plan: LayoutPlan, points: Sequence[int]) -> np.ndarray:
+        """(len(points), 18) float32: the plan's layouts of those points, -1 = default."""
+        out = np.full((len(points), NUM_LAYOUT_CONFIG_FEATURES), -1.0, dtype=np.float32)
+        row = {p: i for i, p in enumerate(points)}
+        for (p, role), m2m in plan.items():
+            if p in row:
+                start = MAX_RANK * ROLES.index(role)
+                out[row[p], start:start + len(m2m)] = m2m[::-1]  # minor-to-major
+        return out
+
+
+def _find_points(jaxpr, found: list[Point] | None = None) -> list[Point]:
+    found = [] if found is None else found
+    for eqn in jaxpr.eqns:
+        name = eqn.primitive.name
+        if name in _INLINED and "jaxpr" in eqn.params:
+            _find_points(_inner(eqn.params["jaxpr"]), found)
+        elif name in POINT_PRIMITIVES:
+            ranks = {"in": len(eqn.invars[0].aval.shape), "kernel": len(eqn.invars[1].aval.shape),
+                     "out": len(eqn.outvars[0].aval.shape)}
+            found.append(Point(POINT_PRIMITIVES[name], len(found), ranks))
+    return found
+
+
+def _inner(j):
+    return j.jaxpr if hasattr(j, "jaxpr") else j
+
+
+def _evaluate(jaxpr, consts, args, dots: dict, counter: list[int]) -> list:
+    """Evaluate a jaxpr, constraining dot/conv operands and results as `dots` says."""
+    import jax
+    import jax.extend.core as jcore
+    from jax.experimental.layout import Layout, with_layout_constraint
+
+    env: dict = {}
+
+    def read(v):
+        return v.val if isinstance(v, jcore.Literal) else env[v]
+
+    def constrain(x, key):
+        return with_layout_constraint(x, Layout(dots[key])) if key in dots else x
+
+    env.update(zip(jaxpr.constvars, consts, strict=False))
+    env.update(zip(jaxpr.invars, args, strict=False))
+    for eqn in jaxpr.eqns:
+        vals = [read(v) for v in eqn.invars]
+        name = eqn.primitive.name
+        if name in _INLINED and "jaxpr" in eqn.params:
+            inner = eqn.params["jaxpr"]
+            outs = _evaluate(_inner(inner), getattr(inner, "consts", ()), vals, dots, counter)
+        elif name in POINT_PRIMITIVES:
+            k = counter[0]
+            counter[0] += 1
+            vals[0], vals[1] = constrain(vals[0], (k, "in")), constrain(vals[1], (k, "kernel"))
+            with jax.named_scope(f"gcp{k}"):
+                outs = [constrain(eqn.primitive.bind(*vals, **eqn.params), (k, "out"))]
+        else:
+            outs = eqn.primitive.bind(*vals, **eqn.primitive.get_bind_params(eqn.params))
+            outs = outs if eqn.primitive.multiple_results else [outs]
+        for v, x in zip(eqn.outvars, outs, strict=False):
+            if not isinstance(v, jcore.DropVar):
+                env[v] = x
+    return [read(v) for v in jaxpr.outvars]
+
+
+_INSTRUCTION = re.compile(r'^\s*(?:ROOT\s+)?%?([^\s=]+) = .*?metadata=\{op_name="([^"]*)"', re.M)
+_PARAMETER = re.compile(r"^\s*(?:ROOT\s+)?%?([^\s=]+) = .* parameter\((\d+)\)", re.M)
+_PREFERRED_OPCODES = ("dot", "convolution", "custom-call", "fusion")
+
+
+def locate_points(space: LayoutSpace, hlo_text: str, node_names: Sequence[str],
+                  node_opcodes: Sequence[str]) -> dict[int, int]:
+    """Point -> node id in the compiled module (points not found are left out).
+
+    Parameters are the entry computation's `parameter(k)`; a dot/conv is the instruction
+    whose `op_name` carries its scope, preferring a real dot/convolution node.
+    """
+    node_of = {n: i for i, n in enumerate(node_names)}
+    entry = hlo_text[hlo_text.rfind("\nENTRY "):] if "\nENTRY " in hlo_text else hlo_text
+    params = {int(k): node_of[n] for n, k in _PARAMETER.findall(entry.split("\n}\n")[0])
+              if n in node_of}
+    tagged: dict[str, list[int]] = {}
+    for name, op_name in _INSTRUCTION.findall(hlo_text):
+        for tag in re.findall(r"(?:^|/)(gcp\d+)(?=/|$)", op_name):
+            if name in node_of:
+                tagged.setdefault(tag, []).append(node_of[name])
+    found: dict[int, int] = {}
+    used: set[int] = set()
+    for p, pt in enumerate(space.points):
+        if pt.kind == "parameter":
+            node = params.get(pt.index)
+        else:
+            cands = sorted(tagged.get(pt.tag, []))
+            ranked = sorted(cands, key=lambda i: _opcode_rank(node_opcodes[i]))
+            node = next((i for i in ranked if i not in used), None)
+        if node is not None and node not in used:
+            found[p] = node
+            used.add(node)
+    return found
+
+
+def _opcode_rank(opcode: str) -> int:
+    return _PREFERRED_OPCODES.index(opcode) if opcode in _PREFERRED_OPCODES else 99
+
+
+def sample_layout_plans(space: LayoutSpace, count: int, mode: str,
+                        rng: np.random.Generator) -> list[LayoutPlan]:
+    """`count` distinct plans, the default (empty) plan first.
+
+    `random`: every slot gets a uniformly random permutation. `default`: the default
+    plan plus 1-3 local moves (set one slot to row-major with two adjacent dims swapped,
+    or swap two adjacent dims of a slot already set).
+    """
+    if mode not in ("random", "default"):
+        raise ValueError(f"layout sampling mode must be 'random' or 'default', got {mode!r}")
+    plans: list[LayoutPlan] = [{}]
+    seen = {_key({})}
+    if not space.slots:
+        return plans
+    for _ in range(count * 20):
+        if len(plans) >= count:
+            break
+        plan = _random_plan(space, rng) if mode == "random" else _local_plan(space, rng)
+        if _key(plan) not in seen:
+            seen.add(_key(plan))
+            plans.append(plan)
+    return plans
+
+
+def _key(plan: LayoutPlan) -> tuple:
+    return tuple(sorted(plan.items()))
+
+
+def _random_plan(space: LayoutSpace, rng: np.random.Generator) -> LayoutPlan:
+    return {s: tuple(int(i) for i in rng.permutation(space.rank(s))) for s in space.slots}
+
+
+def _local_plan(space: LayoutSpace, rng: np.random.Generator) -> LayoutPlan:
+    plan: LayoutPlan = {}
+    for _ in range(int(rng.integers(1, 4))):
+        slot = space.slots[int(rng.integers(len(space.slots)))]
+        order = list(plan.get(slot, range(space.rank(slot))))
+        i = int(rng.integers(len(order) - 1))
+        order[i], order[i + 1] = order[i + 1], order[i]
+        plan[slot] = tuple(order)
+    return plan
+
+
+# ------------------------------------------------------------------ compiler options
+
+
+@dataclass(frozen=True)
+class Knob:
+    """One compiler option: choices (None = unset) and their feature codes."""
+
+    name: str
+    option: str  # the XLA option, or "disable:<pass>" for xla_disable_hlo_passes
+    choices: tuple
+    codes: tuple[float, ...]
+
+
+#: feature i of an options config is OPTION_KNOBS[i]'s code; every name below was
+#: accepted by jax 0.10.2's XLA:CPU (see `check_knobs`).
+OPTION_KNOBS: tuple[Knob, ...] = (
+    Knob("no_fusion", "disable:fusion", (None, True), (0, 1)),
+    Knob("no_dot_library_rewriter", "disable:dot-library-rewriter", (None, True), (0, 1)),
+    Knob("no_parallel_task_assigner", "disable:cpu-parallel-task-assigner", (None, True), (0, 1)),
+    Knob("backend_optimization_level", "xla_backend_optimization_level",
+         (None, 0, 1, 2), (3, 0, 1, 2)),
+    Knob("prefer_vector_width", "xla_cpu_prefer_vector_width", (None, 128, 512), (1, 0.5, 2)),
+    Knob("no_ynn_fusion", "xla_cpu_experimental_ynn_fusion_type", (None, ""), (0, 1)),
+    Knob("no_xnn_fusion", "xla_cpu_experimental_xnn_fusion_type", (None, ""), (0, 1)),
+    Knob("fast_math", "xla_cpu_enable_fast_math", (None, True), (0, 1)),
+    Knob("no_fusion_emitters", "xla_cpu_use_fusion_emitters", (None, False), (0, 1)),
+    Knob("cheap_llvm", "xla_llvm_disable_expensive_passes", (None, True), (0, 1)),
+    Knob("max_isa", "xla_cpu_max_isa", (None, "SSE4_2", "AVX", "AVX2"), (0, 1, 2, 3)),
+    Knob("strict_dot_conv_math", "xla_cpu_strict_dot_conv_math", (None, True), (0, 1)),
+)
+OptionsConfig = tuple[int, ...]  # one choice index per knob; all 0 = default
+
+
+def default_options() -> OptionsConfig:
+    return (0,) * len(OPTION_KNOBS)
+
+
+def compiler_options(config: OptionsConfig,
+                     knobs: Sequence[Knob] = OPTION_KNOBS) -> dict[str, Any]:
+    """The `compile(compiler_options=...)` dict of a config (empty for the default)."""
+    opts: dict[str, Any] = {}
+    disabled: list[str] = []
+    for knob, choice in zip(knobs, config, strict=True):
+        value = knob.choices[choice]
+        if value is None:
+            continue
+        if knob.option.startswith("disable:"):
+            disabled.append(knob.option.split(":", 1)[1])
+        else:
+            opts[knob.option] = value
+    if disabled:
+        opts["xla_disable_hlo_passes"] = ",".join(disabled)
+    return opts
+
+
+def option_features(config: OptionsConfig,
+                    knobs: Sequence[Knob] = OPTION_KNOBS) -> np.ndarray:
+    """24 floats: knob codes, zeros, and the number of knobs set away from default."""
+    out = np.zeros(NUM_TILE_CONFIG_FEATURES, dtype=np.float32)
+    for i, (knob, choice) in enumerate(zip(knobs, config, strict=True)):
+        out[i] = knob.codes[choice]
+    out[-1] = sum(c != 0 for c in config)
+    return out
+
+
+def sample_option_configs(count: int, rng: np.random.Generator, p: float = 0.3,
+                          knobs: Sequence[Knob] = OPTION_KNOBS) -> list[OptionsConfig]:
+    """`count` distinct configs, the default first: each knob moves off default w.p. `p`."""
+    configs = [(0,) * len(knobs)]
+    seen = set(configs)
+    total = int(np.prod([len(k.choices) for k in knobs]))
+    for _ in range(count * 20):
+        if len(configs) >= min(count, total):
+            break
+        c = tuple(int(rng.integers(1, len(k.choices))) if rng.random() < p else 0
+                  for k in knobs)
+        if c not in seen:
+            seen.add(c)
+            configs.append(c)
+    return configs
+
+
+def check_knobs(knobs: Sequence[Knob] = OPTION_KNOBS) -> dict[str, str]:
+    """Compile a tiny program with every non-default choice: 'ok' or the error, by choice."""
+    import jax
+    import jax.numpy as jnp
+
+    lowered = jax.jit(lambda x, w: jnp.tanh(x @ w).sum()).lower(jnp.ones((8, 8)), jnp.ones((8, 8)))
+    result = {}
+    for i, knob in enumerate(knobs):
+        for choice in range(1, len(knob.choices)):
+            config = tuple(choice if j == i else 0 for j in range(len(knobs)))
+            label = f"{knob.name}={knob.choices[choice]!r}"
+            try:
+                lowered.compile(compiler_options(config, knobs))
+                result[label] = "ok"
+            except Exception as e:  # XLA raises its own error types
+                result[label] = str(e).splitlines()[0]
+    return result
+

@@ -1,0 +1,153 @@
+"""Config spaces and the timing protocol, on tiny programs (a few runs each)."""
+
+import numpy as np
+import pytest
+
+jax = pytest.importorskip("jax")
+jnp = jax.numpy
+
+from graphcost.formats.npz import LayoutGraph, TileGraph  # noqa: E402
+from graphcost.formats.validate import validate_graph  # noqa: E402
+from graphcost.xla.configs import (  # noqa: E402
+    OPTION_KNOBS,
+    Knob,
+    LayoutSpace,
+    check_knobs,
+    compiler_options,
+    option_features,
+    sample_layout_plans,
+    sample_option_configs,
+)
+from graphcost.xla.measure import (  # noqa: E402
+    Protocol,
+    measure_layout,
+    measure_options,
+    outputs_agree,
+    time_configs,
+)
+
+FAST = Protocol(warmup=1, runs=3)
+
+
+def two_dots(x, w1, w2):
+    return jnp.tanh(x @ w1) @ w2
+
+
+def _args():
+    rng = np.random.default_rng(0)
+    return tuple(jnp.asarray(rng.standard_normal(s), jnp.float32)
+                 for s in [(16, 32), (32, 24), (24, 8)])
+
+
+def test_space_finds_parameters_and_dots():
+    space = LayoutSpace(two_dots, _args())
+    kinds = [p.kind for p in space.points]
+    assert kinds == ["parameter"] * 3 + ["dot"] * 2
+    assert len(space.slots) == 3 + 2 * 3
+
+
+def test_layout_plan_changes_the_compiled_module_and_outputs_agree():
+    args = _args()
+    space = LayoutSpace(two_dots, args)
+    default = space.compile({})
+    plan = {(0, "out"): (1, 0), (3, "out"): (1, 0)}  # x column-major, first dot transposed
+    changed = space.compile(plan)
+    assert "{0,1}" in changed.as_text().split("\n", 1)[0]  # entry layout of parameter 0
+    assert "{0,1}" not in default.as_text().split("\n", 1)[0]
+    assert changed.as_text() != default.as_text()
+    x = jax.device_put(args[0], changed.input_formats[0][0])
+    assert outputs_agree([changed(x, *args[1:])], [default(*args)])
+    assert np.allclose(changed(x, *args[1:]), two_dots(*args), rtol=1e-4, atol=1e-4)
+
+
+def test_features_are_minor_to_major_padded_with_minus_one():
+    space = LayoutSpace(two_dots, _args())
+    feat = space.features({(3, "in"): (1, 0), (0, "out"): (0, 1)}, [0, 3])
+    assert feat.shape == (2, 18)
+    assert feat[0, :2].tolist() == [1, 0] and (feat[0, 2:] == -1).all()
+    assert feat[1, 6:8].tolist() == [0, 1] and (feat[1, :6] == -1).all()
+    assert (feat[1, 8:] == -1).all()
+
+
+@pytest.mark.parametrize("mode", ["random", "default"])
+def test_plan_sampling_is_distinct_and_starts_at_default(mode):
+    space = LayoutSpace(two_dots, _args())
+    plans = sample_layout_plans(space, 8, mode, np.random.default_rng(0))
+    assert plans[0] == {} and len(plans) == 8
+    assert len({tuple(sorted(p.items())) for p in plans}) == 8
+    if mode == "default":
+        assert all(1 <= len(p) <= 3 for p in plans[1:])
+    with pytest.raises(ValueError):
+        sample_layout_plans(space, 2, "nope", np.random.default_rng(0))
+
+
+def test_measure_layout_writes_a_valid_graph():
+    graph, report = measure_layout("two_dots", two_dots, _args(), "random", 4, protocol=FAST)
+    assert isinstance(graph, LayoutGraph)
+    validate_graph(graph, "two_dots", deep=True)
+    assert graph.num_configs == len(report.kept) >= 2
+    assert (graph.node_config_feat[0] == -1).all()  # config 0 is the compiler default
+    assert (graph.config_runtime > 0).all()
+    opcodes = graph.node_opcode[graph.node_config_ids]
+    assert set(opcodes.tolist()) <= {63, 34, 31, 41}  # parameter, dot (or its wrapper)
+
+
+def test_impossible_layout_is_recorded_as_failed():
+    space = LayoutSpace(two_dots, _args())
+    plans = [{}, {(0, "out"): (1, 0)}, {(0, "out"): (0, 0)}]  # last: not a permutation
+
+    def build(i):
+        exe = space.compile(plans[i])
+        formats = exe.input_formats[0]
+        return exe, [jax.device_put(x, f) for x, f in zip(space.leaves, formats, strict=True)]
+
+    results, _ = time_configs(build, 3, FAST)
+    assert [r.status for r in results] == ["ok", "ok", "compile"]
+    assert results[2].error
+
+
+def test_wrong_outputs_are_a_mismatch():
+    x = jnp.ones((8, 8))
+    good = jax.jit(lambda x: x * 2).lower(x).compile()
+    bad = jax.jit(lambda x: x * 3).lower(x).compile()
+    results, _ = time_configs(lambda i: ((good, bad)[i], [x]), 2, FAST)
+    assert results[0].ok and results[1].status == "mismatch"
+    assert results[0].median_ns > 0 and results[0].min_ns <= results[0].median_ns
+
+
+def test_outputs_agree_tolerates_rounding_only():
+    a = np.linspace(0, 1, 100, dtype=np.float32)
+    assert outputs_agree([a], [a + 1e-6])
+    assert not outputs_agree([a], [a + 1e-2])
+    assert not outputs_agree([a], [a[:50]])
+    assert not outputs_agree([np.arange(3)], [np.arange(3) + 1])
+
+
+def test_option_encoding_and_sampling():
+    configs = sample_option_configs(10, np.random.default_rng(0))
+    assert configs[0] == (0,) * len(OPTION_KNOBS) and len(set(configs)) == 10
+    assert compiler_options(configs[0]) == {}
+    assert option_features(configs[0]).shape == (24,)
+    c = tuple(1 if k.name in ("no_fusion", "no_parallel_task_assigner", "fast_math") else 0
+              for k in OPTION_KNOBS)
+    opts = compiler_options(c)
+    assert opts == {"xla_disable_hlo_passes": "fusion,cpu-parallel-task-assigner",
+                    "xla_cpu_enable_fast_math": True}
+    assert option_features(c)[-1] == 3
+
+
+def test_unknown_option_name_fails_to_compile():
+    bogus = (Knob("bogus", "xla_no_such_option_at_all", (None, 1), (0, 1)),)
+    assert "No such compile option" in check_knobs(bogus)["bogus=1"]
+
+
+def test_measure_options_normalises_by_the_default():
+    configs = [(0,) * len(OPTION_KNOBS),
+               tuple(1 if k.name == "no_fusion" else 0 for k in OPTION_KNOBS)]
+    graph, report = measure_options("two_dots", two_dots, _args(), protocol=FAST,
+                                    configs=configs)
+    assert isinstance(graph, TileGraph)
+    validate_graph(graph, "two_dots", deep=True)
+    assert (graph.config_runtime_normalizers == graph.config_runtime[0]).all()
+    assert graph.config_feat[1, 0] == 1 and graph.config_feat[0, 0] == 0
+    assert graph.config_feat[0, -1] == 0 and graph.config_feat[1, -1] == 1
