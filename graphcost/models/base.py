@@ -15,9 +15,11 @@ import numpy as np
 import torch
 from torch import Tensor, nn
 
+from graphcost.data.features import repad_layout
 from graphcost.formats import Graph, TileGraph
 
 NUM_OPCODES = 128  # ids 0..120 are used (DESIGN §3); anything larger maps to 0
+NODE_BUDGET = 1 << 19  # node states (× hidden size) one prediction pass may hold per tensor
 
 
 @dataclass
@@ -34,6 +36,8 @@ class GraphTensors:
     runtime: np.ndarray  # (c,) what metrics rank: normalized runtime (tile), runtime (layout)
     graph: Graph
     tile_configs: Tensor | None = None  # (c, config_dim) transformed tile configs
+    config_dims: Tensor | None = None  # (nc, 6) log2 shape dims of configurable nodes
+    config_default: Tensor | None = None  # (nc, 6) their layout in the graph (−1 padded)
 
     @property
     def num_configs(self) -> int:
@@ -53,6 +57,8 @@ def graph_tensors(graph: Graph, transform) -> GraphTensors:
     opcode = torch.as_tensor(graph.node_opcode, dtype=torch.long)
     opcode = torch.where((opcode >= 0) & (opcode < NUM_OPCODES), opcode, 0)
     tile = isinstance(graph, TileGraph)
+    at = np.zeros((0, 140), np.float32) if tile else repad_layout(
+        graph.node_feat[graph.node_config_ids])
     return GraphTensors(
         name=graph.name, kind=graph.kind,
         x=torch.from_numpy(transform.node(graph.node_feat)), opcode=opcode,
@@ -62,6 +68,8 @@ def graph_tensors(graph: Graph, transform) -> GraphTensors:
         runtime=np.asarray(graph.target, dtype=np.float64),
         graph=graph,
         tile_configs=torch.from_numpy(transform.tile_config(graph.config_feat)) if tile else None,
+        config_dims=torch.from_numpy(np.log2(np.maximum(at[:, 21:27], 1.0)).astype(np.float32)),
+        config_default=torch.from_numpy(at[:, 134:140].astype(np.int64)),
     )
 
 
@@ -81,6 +89,8 @@ class Batch:
     config: Tensor
     config_nodes: Tensor  # (K,)
     config_graph: Tensor  # (K,) graph of each configurable node
+    config_dims: Tensor  # (K, 6) log2 shape dims of each configurable node (layout)
+    config_default: Tensor  # (K, 6) the graph's own layout of each (−1 padded)
     mask: Tensor  # (B, C) bool
     runtime: Tensor | None = None  # (B, C) float32, for losses
 
@@ -93,7 +103,8 @@ class Batch:
 def collate(items: list[tuple[GraphTensors, np.ndarray]], with_runtime: bool = False) -> Batch:
     """Batch graphs with their chosen config ids; shorter id lists are padded and masked."""
     c = max(len(ids) for _, ids in items)
-    xs, ops, edges, node_graph, cfgs, cfg_nodes, cfg_graph, masks, runtimes = ([] for _ in range(9))
+    xs, ops, edges, node_graph, cfgs, cfg_nodes, cfg_graph, dims, defaults, masks, runtimes = (
+        [] for _ in range(11))
     offset = 0
     for b, (g, ids) in enumerate(items):
         ids = np.asarray(ids, dtype=np.int64)
@@ -106,6 +117,8 @@ def collate(items: list[tuple[GraphTensors, np.ndarray]], with_runtime: bool = F
         cfgs.append(g.configs(padded))
         cfg_nodes.append(g.config_nodes + offset)
         cfg_graph.append(torch.full((g.config_nodes.numel(),), b, dtype=torch.long))
+        dims.append(g.config_dims)
+        defaults.append(g.config_default)
         masks.append(torch.arange(c) < ids.size)
         if with_runtime:
             runtimes.append(torch.as_tensor(g.runtime[padded], dtype=torch.float32))
@@ -116,6 +129,7 @@ def collate(items: list[tuple[GraphTensors, np.ndarray]], with_runtime: bool = F
         node_graph=torch.cat(node_graph), num_graphs=len(items),
         config=torch.stack(cfgs) if tile else torch.cat(cfgs, dim=1),
         config_nodes=torch.cat(cfg_nodes), config_graph=torch.cat(cfg_graph),
+        config_dims=torch.cat(dims), config_default=torch.cat(defaults),
         mask=torch.stack(masks), runtime=torch.stack(runtimes) if with_runtime else None,
     )
 
@@ -142,6 +156,13 @@ class RankingNet(nn.Module):
 
     @torch.no_grad()
     def score_configs(self, g: GraphTensors, ids: np.ndarray, chunk_size: int = 1024) -> Tensor:
-        out = [self(collate([(g, chunk)]).to(self.device))[0, :len(chunk)].float().cpu()
-               for chunk in np.array_split(ids, max(1, -(-len(ids) // chunk_size)))]
-        return torch.cat(out)
+        size = chunk_limit(g, chunk_size)
+        out = [self(collate([(g, ids[i:i + size])]).to(self.device))[0].float().cpu()
+               for i in range(0, len(ids), size)]
+        return torch.cat(out) if out else torch.zeros(0)
+
+
+def chunk_limit(g: GraphTensors, chunk_size: int) -> int:
+    """Configs per prediction pass: at most `chunk_size`, and few enough that a (C, N, d)
+    node state stays within NODE_BUDGET node rows, so memory is bounded on huge graphs."""
+    return max(1, min(chunk_size, NODE_BUDGET // max(1, g.x.shape[0])))

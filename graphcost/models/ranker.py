@@ -6,7 +6,10 @@ Pipeline for a layout graph (the tile variant differs only where noted):
    their `prune_hops`-hop neighbourhood.
 2. Node inputs: FeatureTransform features ‖ opcode embedding → MLP → h⁰ (N, d).
 3. Configs joined at their nodes: at each configurable node, h⁰ += MLP([h⁰ ‖ cfg]) for
-   every config, giving a (C, N, d) state over the one shared edge_index.
+   every config, giving a (C, N, d) state over the one shared edge_index. The 18
+   minor-to-major entries are categorical (−1..5), so cfg is their one-hot code plus
+   the log-size of the tensor dimension each entry names (`layout_features`): what
+   a layout does physically is put a dimension of some size minor-most.
    Tile: configs are graph-level, so the graph is encoded once (N, d) and the config
    joins after pooling, MLP([pool ‖ MLP(cfg)]).
 4. A residual GNN stack: h ← h + GELU(SAGEConv(LayerNorm(h))), `layers` times.
@@ -35,7 +38,15 @@ from torch import Tensor, nn
 from torch_geometric.nn import SAGEConv, global_max_pool
 from torch_geometric.nn import global_mean_pool as mean_pool
 
-from graphcost.models.base import NUM_OPCODES, Batch, GraphTensors, RankingNet, collate, mlp
+from graphcost.models.base import (
+    NUM_OPCODES,
+    Batch,
+    GraphTensors,
+    RankingNet,
+    chunk_limit,
+    collate,
+    mlp,
+)
 
 
 @dataclass
@@ -43,7 +54,7 @@ class RankerSettings:
     hidden: int = 64
     opcode_dim: int = 32
     layers: int = 3  # residual SAGE layers
-    dropout: float = 0.0
+    dropout: float = 0.1
     prune_hops: int = 2  # layout: keep configurable nodes and k-hop neighbours; −1: keep all
     attn_layers: int = 1  # cross-config transformer blocks; 0 disables the attention
     heads: int = 4
@@ -55,6 +66,25 @@ def reference_ids(num_configs: int, size: int) -> np.ndarray:
     if num_configs <= size:
         return np.arange(num_configs)
     return np.sort(np.random.default_rng(0).choice(num_configs, size, replace=False))
+
+
+LAYOUT_VALUES = 7  # a minor-to-major entry is −1 (padding / compiler default) or a dim 0..5
+LAYOUT_FEATURES = 18 * LAYOUT_VALUES + 18
+
+
+def layout_features(config: Tensor, dims: Tensor, default: Tensor) -> Tensor:
+    """Per-node layout config features for the ranker.
+
+    config (C, K, 18) raw entries, dims (K, 6) log2 shape dims and default (K, 6) the
+    node's layout in the graph → (C, K, LAYOUT_FEATURES): the one-hot of each entry
+    and log2(size) of the dimension it names, where an entry of −1 (compiler default)
+    names the dimension of the graph's own layout at that position (0 past the rank).
+    """
+    v = config.round().long().clamp(-1, 5)
+    onehot = nn.functional.one_hot(v + 1, LAYOUT_VALUES).flatten(-2).to(dims.dtype)
+    eff = torch.where(v >= 0, v, default.repeat(1, 3).unsqueeze(0))
+    size = torch.gather(dims.unsqueeze(0).expand(v.shape[0], -1, -1), 2, eff.clamp(min=0))
+    return torch.cat([onehot, size * (eff >= 0)], dim=-1)
 
 
 class CrossConfigAttention(nn.Module):
@@ -104,7 +134,7 @@ class Ranker(RankingNet):
         self.opcode = nn.Embedding(NUM_OPCODES, s.opcode_dim)
         self.node_in = mlp(node_dim + s.opcode_dim, d, d, s.dropout)
         if kind == "layout":
-            self.join = mlp(d + 18, d, d, s.dropout)
+            self.join = mlp(d + LAYOUT_FEATURES, d, d, s.dropout)
             self.pool = nn.Linear(3 * d, d)
         else:
             self.config_in = mlp(config_dim, d, d, s.dropout)
@@ -132,7 +162,8 @@ class Ranker(RankingNet):
             return self.join(torch.cat([g.unsqueeze(1).expand(-1, cfg.shape[1], -1), cfg], -1))
         c = b.config.shape[0]
         at = h0[b.config_nodes].expand(c, -1, -1)  # (C, K, d)
-        delta = self.join(torch.cat([at, b.config], dim=-1))
+        cfg = layout_features(b.config, b.config_dims, b.config_default)
+        delta = self.join(torch.cat([at, cfg], dim=-1))
         h = self._gnn(h0.expand(c, -1, -1).index_add(1, b.config_nodes, delta), b.edge_index)
         pooled = torch.cat([mean_pool(h, b.node_graph, b.num_graphs),
                             global_max_pool(h, b.node_graph, b.num_graphs),
@@ -152,6 +183,7 @@ class Ranker(RankingNet):
         """Scores of configs `ids` of one graph against the fixed reference set."""
         ids = np.asarray(ids, dtype=np.int64)
         dev = self.device
+        chunk_size = chunk_limit(g, chunk_size)
 
         def embed(chunk: np.ndarray) -> Tensor:
             return self.embed(collate([(g, chunk)]).to(dev))

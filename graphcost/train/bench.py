@@ -1,0 +1,78 @@
+"""`graphcost bench train`: training and inference throughput and peak memory per model.
+
+Every model runs in its own spawned process so that its peak RSS is its own.
+"""
+
+from __future__ import annotations
+
+import multiprocessing as mp
+import resource
+import time
+from concurrent.futures import ProcessPoolExecutor
+
+import numpy as np
+import torch
+
+from graphcost.data.features import FeatureTransform
+from graphcost.data.synthetic import make_layout_graph, make_tile_graph
+from graphcost.models.model import Model, model_names
+from graphcost.train.trainer import TrainSettings, train
+
+
+def _graphs(kind: str, rng: np.random.Generator, count: int, **kw) -> list:
+    make = make_tile_graph if kind == "tile" else make_layout_graph
+    return [make(rng, name=f"bench{i}", **kw) for i in range(count)]
+
+
+def bench_one(name: str, kind: str, steps: int = 20, seed: int = 0,
+              sizes: tuple[int, ...] = (1000, 10000), inference_configs: int = 128,
+              threads: int = 0) -> dict:
+    """Train `name` on synthetic `kind` data for 2 × `steps` steps (the second epoch is
+    timed) and time full prediction on graphs of each size in `sizes`."""
+    if threads:
+        torch.set_num_threads(threads)
+    rng = np.random.default_rng(seed)
+    train_graphs = _graphs(kind, rng, 16)
+    s = TrainSettings(epochs=2, steps_per_epoch=steps, warmup_steps=5, progress=False,
+                      seed=seed, valid_configs=64)
+    history = train(Model(name, kind), train_graphs, None, s)["history"]
+    row = {"model": name, "kind": kind, "train_graphs_per_s": history[-1]["graphs_per_s"],
+           "train_configs_per_s": history[-1]["configs_per_s"]}
+    for n in sizes:
+        big = _graphs(kind, rng, 1, num_nodes=n, num_configs=inference_configs)[0]
+        infer = Model(name, kind).build(FeatureTransform.fit(train_graphs))
+        t0 = time.perf_counter()
+        gt = infer.prepare(big)
+        t1 = time.perf_counter()
+        infer.predict(gt)
+        t2 = time.perf_counter()
+        row[f"infer_{n}_configs_per_s"] = big.num_configs / (t2 - t1)
+        row[f"infer_{n}_nodes_after_prune"] = int(gt.x.shape[0])
+        row[f"prepare_{n}_s"] = t1 - t0
+    row["peak_rss_mb"] = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
+    return row
+
+
+def bench_train(models: list[str] | None = None, kinds: tuple[str, ...] = ("layout", "tile"),
+                steps: int = 20, seed: int = 0, sizes: tuple[int, ...] = (1000, 10000),
+                inference_configs: int = 128, threads: int = 0) -> list[dict]:
+    """One row per (model, kind): the default ranker and every baseline of each kind."""
+    rows = []
+    ctx = mp.get_context("spawn")
+    for kind in kinds:
+        for name in models or model_names(kind):
+            if name not in model_names(kind):
+                continue
+            with ProcessPoolExecutor(max_workers=1, mp_context=ctx) as pool:
+                rows.append(pool.submit(bench_one, name, kind, steps, seed, sizes,
+                                        inference_configs, threads).result())
+    return rows
+
+
+def format_bench(rows: list[dict]) -> str:
+    keys = [k for k in rows[0] if k not in ("model", "kind")] if rows else []
+    lines = ["model      kind    " + " ".join(f"{k:>24}" for k in keys)]
+    for r in rows:
+        lines.append(f"{r['model']:<10} {r['kind']:<7} " + " ".join(
+            f"{r[k]:>24.1f}" if isinstance(r[k], float) else f"{r[k]:>24}" for k in keys))
+    return "\n".join(lines)

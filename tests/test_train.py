@@ -1,0 +1,113 @@
+import json
+import time
+
+import numpy as np
+import pytest
+import torch
+from click.testing import CliRunner
+
+from graphcost.cli import main
+from graphcost.data.synthetic import make_layout_graph, write_collection
+from graphcost.eval.metrics import kendall_tau
+from graphcost.eval.submission import read_submission
+from graphcost.models import Model
+from graphcost.train.trainer import TrainSettings, lr_factor, sample_configs, train
+
+torch.set_num_threads(1)
+
+
+def layout_split(seed: int, count: int, prefix: str):
+    rng = np.random.default_rng(seed)
+    return [make_layout_graph(rng, num_nodes=80, num_configs=48, name=f"{prefix}{i}")
+            for i in range(count)]
+
+
+def held_out_tau(model: Model, graphs) -> float:
+    return float(np.mean([kendall_tau(model.predict(g), g.target) for g in graphs]))
+
+
+def test_default_ranker_beats_random_and_the_layout_baseline():
+    train_graphs, valid, test = layout_split(0, 16, "tr"), layout_split(1, 3, "va"), \
+        layout_split(2, 8, "te")
+    s = TrainSettings(epochs=8, steps_per_epoch=15, progress=False, patience=100)
+    taus, seconds = {}, {}
+    for name in ("ranker", "resgcn"):
+        t0 = time.perf_counter()
+        model = Model(name, "layout").fit(train_graphs, valid, s)
+        seconds[name] = time.perf_counter() - t0
+        taus[name] = held_out_tau(model, test)
+    print(f"held-out mean Kendall tau: {taus}, training seconds: {seconds}")
+    assert taus["ranker"] > 0.5
+    assert taus["ranker"] > taus["resgcn"] + 0.1
+
+
+def test_killed_and_resumed_run_matches_an_uninterrupted_one(tmp_path):
+    train_graphs, valid = layout_split(0, 6, "tr"), layout_split(1, 2, "va")
+    s = TrainSettings(epochs=3, steps_per_epoch=3, graphs_per_batch=2, configs_per_graph=8,
+                      progress=False, seed=7)
+    full = Model("ranker", "layout", hidden=32)
+    whole = train(full, train_graphs, valid, s, tmp_path / "whole")
+
+    killed = train(Model("ranker", "layout", hidden=32), train_graphs, valid,
+                   TrainSettings(**{**s.__dict__, "stop_after_epoch": 1}), tmp_path / "split")
+    assert killed["stopped"] and len(killed["history"]) == 1
+    resumed_model = Model("ranker", "layout", hidden=32)
+    resumed = train(resumed_model, train_graphs, valid, s, tmp_path / "split", resume=True)
+
+    for a, b in zip(whole["history"], resumed["history"], strict=True):
+        assert abs(a["train_loss"] - b["train_loss"]) < 1e-6
+        assert abs(a["valid_tau"] - b["valid_tau"]) < 1e-6
+    for g in valid:
+        np.testing.assert_allclose(full.predict(g), resumed_model.predict(g), atol=1e-6)
+    lines = (tmp_path / "split" / "metrics.jsonl").read_text().splitlines()
+    assert [json.loads(x)["epoch"] for x in lines] == [1, 2, 3]
+    best = Model.load(tmp_path / "split" / "best.pt")
+    np.testing.assert_allclose(best.predict(valid[0]), full.predict(valid[0]), atol=1e-6)
+
+
+def test_learning_rate_warms_up_then_decays():
+    s = TrainSettings(warmup_steps=10, min_lr_ratio=0.1)
+    f = [lr_factor(i, s, 100) for i in range(100)]
+    assert f[0] == pytest.approx(0.1) and f[9] == pytest.approx(1.0)
+    assert all(a >= b for a, b in zip(f[10:], f[11:], strict=False))
+    assert f[-1] == pytest.approx(0.1, abs=1e-3)
+
+
+def test_fast_bias_samples_fast_configs_more_often():
+    rng = np.random.default_rng(0)
+    runtime = np.arange(200, dtype=float)
+    ids = np.arange(200)
+    uniform = np.mean([sample_configs(rng, ids, runtime, 20, 0.0).mean() for _ in range(200)])
+    biased = np.mean([sample_configs(rng, ids, runtime, 20, 5.0).mean() for _ in range(200)])
+    assert biased < uniform - 30
+    assert len(set(sample_configs(rng, ids, runtime, 20, 5.0))) == 20  # distinct
+
+
+def test_cli_train_evaluate_predict_submit(tmp_path):
+    root = tmp_path / "data"
+    write_collection(root, kind="tile", source="xla", splits={"train": 4, "valid": 2, "test": 2},
+                     num_nodes=15, num_configs=12)
+    coll = root / "npz" / "tile" / "xla"
+    run = tmp_path / "run"
+    cli = CliRunner()
+    r = cli.invoke(main, ["train", str(coll), "--model", "sage-late", "--out", str(run),
+                          "--epochs", "2", "--set", "steps_per_epoch=2", "--set", "hidden=16",
+                          "--set", "progress=False"])
+    assert r.exit_code == 0, r.output
+    assert (run / "model.pt").exists()
+    assert len((run / "metrics.jsonl").read_text().splitlines()) == 2
+    r = cli.invoke(main, ["evaluate", str(run / "model.pt"), str(coll), "--json",
+                          str(tmp_path / "eval.json")])
+    assert r.exit_code == 0, r.output
+    report = json.loads((tmp_path / "eval.json").read_text())
+    assert len(report["graphs"]) == 2 and "score" in report["summary"]
+    test_file = sorted((coll / "test").glob("*.npz"))[0]
+    r = cli.invoke(main, ["predict", str(run / "model.pt"), str(test_file)])
+    assert r.exit_code == 0, r.output
+    assert sorted(int(line.split()[1]) for line in r.output.splitlines()) == list(range(12))
+    r = cli.invoke(main, ["submit", str(root), "-m", f"tile:xla={run / 'model.pt'}", "--out",
+                          str(tmp_path / "sub.csv")])
+    assert r.exit_code == 0, r.output
+    rows = read_submission(tmp_path / "sub.csv", {f"tile:xla:{p.stem}": 12
+                                                   for p in (coll / "test").glob("*.npz")})
+    assert all(len(v) == 5 for v in rows.values())
