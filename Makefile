@@ -13,7 +13,7 @@ $(BIN)/graphcost: pyproject.toml
 setup: $(BIN)/graphcost
 
 demo: setup
-	$(BIN)/graphcost info --sample
+	$(BIN)/graphcost demo --out runs/demo
 
 test: setup
 	$(BIN)/ruff check graphcost tests

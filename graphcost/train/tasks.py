@@ -33,13 +33,15 @@ def train_model(data: str | Path, model: str = "ranker", out_dir: str | Path = "
                 resume: bool = False) -> tuple[Model, dict]:
     """Train on a collection's `train` split (or its only split), validating on `valid`.
 
-    Writes `best.pt`, `last.pt`, `metrics.jsonl` and, when training finishes,
-    `model.pt` (the best weights) under `out_dir`.
+    Writes `run.json` (what was trained on), `best.pt`, `last.pt`, `metrics.jsonl` and,
+    when training finishes, `model.pt` (the best weights) under `out_dir`.
     """
     coll = open_collection(data)
     train_split = "train" if "train" in coll.splits else next(iter(coll.splits))
     valid = split_graphs(coll, "valid") if "valid" in coll.splits else None
     m = Model(model, coll.kind, **(model_settings or {}))
+    write_json({"data": str(Path(data).resolve()), "collection": coll.name, "model": model,
+                "model_settings": model_settings or {}}, Path(out_dir) / "run.json")
     result = train(m, split_graphs(coll, train_split), valid, settings, out_dir, resume)
     if not result["stopped"]:
         m.save(Path(out_dir) / "model.pt")

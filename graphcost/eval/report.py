@@ -1,0 +1,189 @@
+"""Reports a person can look at: learning curves, per-graph scores, predicted vs measured.
+
+Everything here works from plain data (training histories, evaluation dicts from
+`evaluate_graphs`, and a few graphs' predictions), so a report can be redrawn from a
+run directory's files without a model or torch.
+"""
+
+from __future__ import annotations
+
+import html
+import json
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import matplotlib
+
+matplotlib.use("Agg")  # files only: no display on servers and in CI
+import matplotlib.pyplot as plt  # noqa: E402
+import numpy as np  # noqa: E402
+from scipy import stats  # noqa: E402
+
+SUMMARY_METRICS = ("kendall_tau", "opa", "slowdown@1", "slowdown@5", "score")
+
+
+@dataclass
+class RunResult:
+    """One trained model evaluated on one collection's split."""
+
+    collection: str
+    model: str
+    run_dir: Path
+    evaluation: dict  # as returned by evaluate_graphs (+ collection, split, model)
+    history: list[dict] = field(default_factory=list)  # metrics.jsonl rows
+    samples: dict[str, dict[str, list[float]]] = field(default_factory=dict)  # pred, runtime
+
+
+def read_history(run_dir: str | Path) -> list[dict]:
+    """The per-epoch rows of a run's `metrics.jsonl` (a cut-off last line is ignored)."""
+    path = Path(run_dir) / "metrics.jsonl"
+    rows = []
+    if path.exists():
+        for line in path.read_text().splitlines():
+            try:
+                rows.append(json.loads(line))
+            except json.JSONDecodeError:
+                continue
+    return rows
+
+
+def plot_learning_curves(runs: list[RunResult], path: Path, title: str) -> Path:
+    """Train loss and validation score per epoch, one line per model."""
+    fig, (ax_loss, ax_val) = plt.subplots(1, 2, figsize=(10, 3.6))
+    for r in runs:
+        if not r.history:
+            continue
+        epochs = [h["epoch"] for h in r.history]
+        ax_loss.plot(epochs, [h["train_loss"] for h in r.history], marker=".", label=r.model)
+        if "valid_score" in r.history[0]:
+            ax_val.plot(epochs, [h["valid_score"] for h in r.history], marker=".", label=r.model)
+    ax_loss.set(xlabel="epoch", ylabel="train loss", title="training loss")
+    ax_val.set(xlabel="epoch", ylabel="validation score",
+               title="validation score (τ; tile: 2 − top-5 ratio)")
+    for ax in (ax_loss, ax_val):
+        ax.grid(alpha=0.3)
+        ax.legend()
+    fig.suptitle(title)
+    return _save(fig, path)
+
+
+def plot_per_graph(runs: list[RunResult], path: Path, title: str,
+                   metric: str = "kendall_tau") -> Path:
+    """One bar per test graph and model, graphs sorted by the first model's value."""
+    names = sorted(runs[0].evaluation["graphs"],
+                   key=lambda n: np.nan_to_num(runs[0].evaluation["graphs"][n][metric], nan=-2))
+    x = np.arange(len(names))
+    width = 0.8 / len(runs)
+    fig, ax = plt.subplots(figsize=(max(6.0, 0.22 * len(names) * len(runs)), 3.8))
+    for k, r in enumerate(runs):
+        values = [r.evaluation["graphs"].get(n, {}).get(metric, np.nan) for n in names]
+        mean = r.evaluation["summary"][metric]["mean"]
+        ax.bar(x + k * width, values, width, label=f"{r.model} (mean {mean:.3f})")
+    ax.axhline(0, color="black", lw=0.8)
+    ax.set_xticks(x + 0.4 - width / 2, names, rotation=90, fontsize=6)
+    ax.set(ylabel=metric, title=title)
+    ax.legend()
+    ax.grid(axis="y", alpha=0.3)
+    return _save(fig, path)
+
+
+def plot_scatter(run: RunResult, path: Path, title: str) -> Path:
+    """Predicted score against measured runtime for a few graphs, with each graph's τ."""
+    graphs = list(run.samples.items())
+    cols = max(1, len(graphs))
+    fig, axes = plt.subplots(1, cols, figsize=(3.2 * cols, 3.2), squeeze=False)
+    for ax, (name, s) in zip(axes[0], graphs, strict=False):
+        runtime, pred = np.asarray(s["runtime"]), np.asarray(s["pred"])
+        tau = stats.kendalltau(pred, runtime).statistic if len(runtime) > 1 else np.nan
+        ax.scatter(runtime / runtime.min(), pred, s=10, alpha=0.7)
+        ax.set(xlabel="measured runtime / fastest", ylabel="predicted score",
+               title=f"{name[:28]}\nτ = {tau:.3f}")
+        ax.grid(alpha=0.3)
+    fig.suptitle(title)
+    return _save(fig, path)
+
+
+def _save(fig, path: Path) -> Path:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+    return path
+
+
+def summary_rows(runs: list[RunResult], noise: dict[str, float] | None = None) -> list[dict]:
+    """One row per (collection, model): the means with 95% intervals, and the ceiling."""
+    rows = []
+    for r in runs:
+        s = r.evaluation["summary"]
+        row = {"collection": r.collection, "model": r.model,
+               "split": r.evaluation.get("split", ""), "graphs": len(r.evaluation["graphs"]),
+               "noise_ceiling_tau": (noise or {}).get(r.collection)}
+        for m in SUMMARY_METRICS:
+            row[m] = s[m]
+        rows.append(row)
+    return rows
+
+
+def format_table(rows: list[dict]) -> str:
+    """The comparison table printed by the demo."""
+    head = (f"{'collection':22} {'model':11} {'graphs':>6}  {'kendall τ [95% CI]':>26}  "
+            f"{'OPA':>6} {'slowdown@1':>10} {'score':>7} {'noise ceiling τ':>15}")
+    lines = [head, "-" * len(head)]
+    for r in rows:
+        t = r["kendall_tau"]
+        ceiling = r["noise_ceiling_tau"]
+        lines.append(
+            f"{r['collection']:22} {r['model']:11} {r['graphs']:6d}  "
+            f"{t['mean']:8.3f} [{t['lo']:6.3f}, {t['hi']:6.3f}]  "
+            f"{r['opa']['mean']:6.3f} {r['slowdown@1']['mean']:10.3f} {r['score']['mean']:7.3f} "
+            f"{'n/a' if ceiling is None else f'{ceiling:.3f}':>15}")
+    return "\n".join(lines)
+
+
+def write_report(runs: list[RunResult], out_dir: str | Path, title: str = "graphcost report",
+                 noise: dict[str, float] | None = None, notes: str = "") -> Path:
+    """Draw every picture and write `index.html` and `summary.json`; return the page."""
+    out = Path(out_dir)
+    out.mkdir(parents=True, exist_ok=True)
+    rows = summary_rows(runs, noise)
+    (out / "summary.json").write_text(json.dumps(rows, indent=1, default=float))
+    by_collection: dict[str, list[RunResult]] = {}
+    for r in runs:
+        by_collection.setdefault(r.collection, []).append(r)
+    parts = [f"<h1>{html.escape(title)}</h1>",
+             f"<p>{html.escape(notes)}</p>" if notes else "",
+             "<h2>Held-out results</h2>", _html_table(rows)]
+    for coll, group in by_collection.items():
+        slug = coll.replace(":", "_")
+        pics = [plot_learning_curves(group, out / f"{slug}_learning.png", coll),
+                plot_per_graph(group, out / f"{slug}_per_graph_tau.png",
+                               f"{coll}: Kendall τ per {group[0].evaluation.get('split', '')} "
+                               "graph")]
+        for r in group:
+            if r.samples:
+                pics.append(plot_scatter(r, out / f"{slug}_{r.model}_scatter.png",
+                                         f"{coll}, {r.model}: predicted vs measured"))
+        parts.append(f"<h2>{html.escape(coll)}</h2>")
+        parts += [f'<p><img src="{p.name}" alt="{html.escape(p.stem)}"></p>' for p in pics]
+    page = out / "index.html"
+    page.write_text("<!doctype html><meta charset='utf-8'><title>" + html.escape(title)
+                    + "</title><style>body{font-family:sans-serif;max-width:1100px;margin:auto}"
+                    "table{border-collapse:collapse}td,th{border:1px solid #ccc;padding:3px 8px;"
+                    "text-align:right}img{max-width:100%}</style>\n" + "\n".join(parts) + "\n")
+    return page
+
+
+def _html_table(rows: list[dict]) -> str:
+    head = ["collection", "model", "split", "graphs", "Kendall τ [95% CI]", "OPA",
+            "slowdown@1", "score", "noise ceiling τ"]
+    out = ["<table><tr>" + "".join(f"<th>{h}</th>" for h in head) + "</tr>"]
+    for r in rows:
+        t = r["kendall_tau"]
+        ceiling = r["noise_ceiling_tau"]
+        cells = [r["collection"], r["model"], r["split"], str(r["graphs"]),
+                 f"{t['mean']:.3f} [{t['lo']:.3f}, {t['hi']:.3f}]", f"{r['opa']['mean']:.3f}",
+                 f"{r['slowdown@1']['mean']:.3f}", f"{r['score']['mean']:.3f}",
+                 "n/a" if ceiling is None else f"{ceiling:.3f}"]
+        out.append("<tr>" + "".join(f"<td>{html.escape(c)}</td>" for c in cells) + "</tr>")
+    return "\n".join(out + ["</table>"])

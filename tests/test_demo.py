@@ -1,0 +1,50 @@
+"""The main job, shortened: every report file exists and shows the evaluation's numbers."""
+
+import json
+
+from click.testing import CliRunner
+
+from graphcost.cli import main
+from graphcost.data.synthetic import write_collection
+
+
+def test_quick_demo_writes_a_consistent_report(tmp_path):
+    data = tmp_path / "data"
+    write_collection(data, "layout", source="mini", splits={"train": 4, "valid": 2, "test": 3},
+                     num_nodes=40, num_configs=12)
+    result = CliRunner().invoke(main, ["demo", "--quick", "--data", str(data),
+                                       "--out", str(tmp_path / "demo")])
+    assert result.exit_code == 0, result.output
+    report = tmp_path / "demo" / "report"
+    for name in ("index.html", "summary.json", "layout_mini_random_learning.png",
+                 "layout_mini_random_per_graph_tau.png", "layout_mini_random_ranker_scatter.png"):
+        assert (report / name).stat().st_size > 0, name
+    summary = json.loads((report / "summary.json").read_text())
+    assert [r["model"] for r in summary] == ["ranker", "resgcn"]
+    page = (report / "index.html").read_text()
+    for row in summary:
+        run = tmp_path / "demo" / "runs" / "layout_mini_random" / row["model"]
+        evaluation = json.loads((run / "evaluation_test.json").read_text())
+        assert evaluation["split"] == "test" and len(evaluation["graphs"]) == 3
+        tau = evaluation["summary"]["kendall_tau"]
+        assert row["kendall_tau"] == tau
+        assert f"{tau['mean']:.3f} [{tau['lo']:.3f}, {tau['hi']:.3f}]" in page
+        assert f"{tau['mean']:8.3f}" in result.output  # the printed table
+        assert len(evaluation["samples"]) == 3
+        assert len((run / "metrics.jsonl").read_text().splitlines()) == 2  # two epochs
+
+
+def test_report_command_on_a_training_run(tmp_path):
+    data = tmp_path / "data"
+    coll = write_collection(data, "tile", source="mini", splits={"train": 4, "valid": 2},
+                            num_nodes=15, num_configs=10)
+    run = tmp_path / "run"
+    trained = CliRunner().invoke(main, ["train", str(coll), "--model", "mlp", "--out", str(run),
+                                        "--epochs", "2", "--set", "progress=False"])
+    assert trained.exit_code == 0, trained.output
+    result = CliRunner().invoke(main, ["report", str(run)])
+    assert result.exit_code == 0, result.output
+    evaluation = json.loads((run / "evaluation_valid.json").read_text())  # no test split
+    summary = json.loads((run / "report" / "summary.json").read_text())
+    assert summary[0]["score"] == evaluation["summary"]["score"]
+    assert (run / "report" / "tile_mini_learning.png").exists()
