@@ -170,19 +170,34 @@ def _parse_sets(pairs: tuple[str, ...]) -> tuple[dict, dict]:
 @click.option("--set", "sets", multiple=True, metavar="KEY=VALUE",
               help="a training setting (lr, configs_per_graph, loss, …) or model setting "
                    "(hidden, layers, prune_hops, …); repeatable")
+@click.option("--nproc", type=click.IntRange(min=1), default=1, show_default=True,
+              help="data-parallel processes on this machine (DDP via torchrun; with --device "
+                   "cuda one per GPU); the global batch stays graphs_per_batch")
 def train_cmd(data: str, model_name: str, out_dir: str, resume: bool, device: str, seed: int,
-              epochs: int | None, sets: tuple[str, ...]) -> None:
+              epochs: int | None, sets: tuple[str, ...], nproc: int) -> None:
     """Train a ranking model on a collection (its train split; valid for early stopping)."""
+    from graphcost.train.distributed import is_main_process, launch
     from graphcost.train.tasks import train_model
     from graphcost.train.trainer import TrainSettings
 
+    if nproc > 1:  # the same command in nproc processes, under torchrun
+        args = ["train", data, "--model", model_name, "--out", out_dir, "--device", device,
+                "--seed", str(seed), *(["--resume"] if resume else []),
+                *(["--epochs", str(epochs)] if epochs is not None else []),
+                *(a for s in sets for a in ("--set", s))]
+        try:
+            code = launch(nproc, args)
+        except RuntimeError as e:
+            raise click.ClickException(str(e)) from None
+        raise SystemExit(code)
     train_kw, model_kw = _parse_sets(sets)
     train_kw.update(device=device, seed=seed)
     if epochs is not None:
         train_kw["epochs"] = epochs
     _, result = train_model(data, model_name, out_dir, TrainSettings(**train_kw), model_kw, resume)
-    click.echo(f"{result['collection']}: best epoch {result['best_epoch']} "
-               f"(score {result['best_score']:.4f}); model in {out_dir}")
+    if is_main_process():  # under torchrun: one summary, from rank 0
+        click.echo(f"{result['collection']}: best epoch {result['best_epoch']} "
+                   f"(score {result['best_score']:.4f}); model in {out_dir}")
 
 
 @main.command("evaluate")
@@ -345,9 +360,12 @@ def measure(program: str, kind: str, source: str, per_family: int, core: int | N
 @click.option("--repeat", default=0, show_default=True,
               help="Re-time N graphs per kind in fresh processes: the noise ceiling τ.")
 @click.option("--retry-failed", is_flag=True, help="Measure graphs logged as failed again.")
+@click.option("--shard", default="", metavar="I/N",
+              help="Measure only shard I of N (0-based) of the planned graphs, e.g. one per "
+                   "machine with the same options; combine with `graphcost merge`.")
 @_protocol_options
 def collect(out: str, sources: tuple[str, ...], per_family: int, families: str | None,
-            kinds: str, workers: int, limit: int, repeat: int, retry_failed: bool,
+            kinds: str, workers: int, limit: int, repeat: int, retry_failed: bool, shard: str,
             num_configs: int, runs: int, warmup: int, max_run_s: float, seed: int) -> None:
     """Measure programs x configs into TpuGraphs collections under OUT (resumable).
 
@@ -368,7 +386,7 @@ def collect(out: str, sources: tuple[str, ...], per_family: int, families: str |
                            kinds=[k.strip() for k in kinds.split(",") if k.strip()],
                            num_configs=num_configs, seed=seed,
                            protocol=Protocol(warmup, runs, max_run_s), workers=workers,
-                           limit=limit, retry_failed=retry_failed)
+                           limit=limit, retry_failed=retry_failed, shard=shard)
     except ValueError as e:
         raise click.ClickException(str(e)) from None
     bars: list = []
@@ -426,3 +444,231 @@ def report(run_dir: str, data: str | None, split: str, out_dir: str | None) -> N
     from graphcost.demo import report_run
 
     click.echo(f"report: {report_run(run_dir, out_dir, data, split)}")
+
+# ---- autotune (issue 7)
+
+
+def _pin_cli(core: int | None, no_pin: bool) -> int | None:
+    """Pin this whole process (before JAX starts its threads), as the protocol wants."""
+    import os
+
+    if no_pin:
+        return None
+    core = min(os.sched_getaffinity(0)) if core is None else core
+    os.sched_setaffinity(0, {core})
+    return core
+
+
+def _autotune_options(f):
+    """Search and measurement options shared by `autotune` and `bench autotune`."""
+    f = click.option("--k", default=5, show_default=True,
+                     help="Measure the model's best K and K random configs (and the default).")(f)
+    f = click.option("--samples", default=1024, show_default=True,
+                     help="Configs sampled before searching.")(f)
+    f = click.option("--evaluations", default=4096, show_default=True,
+                     help="Model scores the search may spend (sample included).")(f)
+    f = click.option("--runs", default=20, show_default=True, help="Timed rounds.")(f)
+    f = click.option("--warmup", default=3, show_default=True, help="Untimed rounds first.")(f)
+    f = click.option("--core", type=int, default=None,
+                     help="Pin to this core (default: the first one allowed).")(f)
+    f = click.option("--no-pin", is_flag=True, help="Do not pin (timings drift more).")(f)
+    f = click.option("--seed", default=0, show_default=True)(f)
+    return f
+
+
+@main.command("autotune")
+@click.argument("spec", metavar="MODULE:FUNCTION|PROGRAM")
+@click.option("--model", "model_path", required=True,
+              type=click.Path(exists=True, dir_okay=False),
+              help="A saved model: layout models tune layouts, tile models compiler options.")
+@click.option("--out", default="autotune.json", show_default=True,
+              type=click.Path(dir_okay=False), help="Where to write the chosen config.")
+@click.option("--report", "report_path", default=None, type=click.Path(dir_okay=False),
+              help="Also write every measurement and figure as JSON.")
+@_autotune_options
+def autotune_cmd(spec: str, model_path: str, out: str, report_path: str | None, k: int,
+                 samples: int, evaluations: int, runs: int, warmup: int, core: int | None,
+                 no_pin: bool, seed: int) -> None:
+    """Search a program's configs with a model, measure the best, write the chosen config.
+
+    SPEC is MODULE:FUNCTION (FUNCTION returns (callable, example_args)) or a zoo
+    program name such as mlp.000.
+    """
+    import json
+
+    core = _pin_cli(core, no_pin)
+    from graphcost.autotune.tune import (
+        autotune,
+        format_result,
+        how_to_apply,
+        load_target,
+        save_config,
+    )
+    from graphcost.formats.errors import GraphFileError
+    from graphcost.xla.measure import Protocol
+
+    try:
+        name, fn, args = load_target(spec)
+        result = autotune(fn, args, model_path, name=name, k=k, samples=samples,
+                          evaluations=evaluations, protocol=Protocol(warmup, runs), seed=seed,
+                          log=click.echo)
+    except (GraphFileError, ImportError, ValueError, RuntimeError) as e:
+        raise click.ClickException(str(e)) from None
+    click.echo(format_result(result))
+    save_config(result.config, out)
+    click.echo(f"wrote {out}" + (f" (pinned to core {core})" if core is not None else ""))
+    click.echo(how_to_apply(result.config, out))
+    if report_path:
+        with open(report_path, "w") as f:
+            json.dump(result.to_dict(), f, indent=1, default=float)
+
+
+@main.command("apply")
+@click.argument("config_path", metavar="CONFIG.json", type=click.Path(exists=True, dir_okay=False))
+@click.argument("spec", metavar="MODULE:FUNCTION|PROGRAM")
+def apply_cmd(config_path: str, spec: str) -> None:
+    """Compile a program with an autotuned config, run it once and compare with jax.jit."""
+    import jax
+
+    from graphcost.autotune.tune import apply, how_to_apply, load_config, load_target
+    from graphcost.formats.errors import GraphFileError
+    from graphcost.xla.measure import outputs_agree
+
+    try:
+        name, fn, args = load_target(spec)
+        config = load_config(config_path)
+        run = apply(fn, args, config)
+    except (GraphFileError, ImportError, ValueError) as e:
+        raise click.ClickException(str(e)) from None
+    got = jax.tree.leaves(jax.block_until_ready(run(*args)))
+    want = jax.tree.leaves(jax.jit(fn)(*args))
+    same = outputs_agree(got, want)
+    click.echo(f"{name}: compiled with {config_path}; outputs "
+               f"{'match' if same else 'DIFFER FROM'} plain jax.jit")
+    click.echo(how_to_apply(config, config_path))
+    if not same:
+        raise SystemExit(1)
+
+
+@bench.command("autotune")
+@click.option("--model", "model_path", default=None, type=click.Path(exists=True, dir_okay=False),
+              help="A saved model (then name the held-out programs or --families).")
+@click.option("--data", default=None, type=click.Path(exists=True, file_okay=False),
+              help="Train a small ranker on this collection; its families are held out.")
+@click.option("--kind", type=click.Choice(["layout", "options"]), default="layout",
+              show_default=True, help="What to measure for training when neither is given.")
+@click.option("--train-families", default=",".join(("mlp", "cnn_nchw", "depthwise",
+                                                      "transformer")), show_default=True,
+              help="Families measured for training when neither --model nor --data is given.")
+@click.option("--families", default=None, help="Comma-separated families to tune "
+              "(default: every zoo family not used for training).")
+@click.option("--programs", default=None, help="Comma-separated program names to tune.")
+@click.option("--per-family", default=1, show_default=True, help="Programs tuned per family.")
+@click.option("--epochs", default=30, show_default=True, help="Training epochs (small ranker).")
+@click.option("--json", "json_path", type=click.Path(), default=None)
+@_autotune_options
+def bench_autotune_cmd(model_path: str | None, data: str | None, kind: str, train_families: str,
+                       families: str | None, programs: str | None, per_family: int,
+                       epochs: int, json_path: str | None, k: int, samples: int,
+                       evaluations: int, runs: int, warmup: int, core: int | None,
+                       no_pin: bool, seed: int) -> None:
+    """Measured speed-ups over default and random-K on held-out programs, and candidates/s."""
+    import json
+
+    core = _pin_cli(core, no_pin)
+    from graphcost.autotune.bench import (
+        bench_autotune,
+        format_bench,
+        held_out_programs,
+        model_from_collection,
+        model_from_measurements,
+    )
+    from graphcost.xla.measure import Protocol
+
+    split = lambda s: [x.strip() for x in s.split(",") if x.strip()] if s else []  # noqa: E731
+    if model_path:
+        from graphcost.models.model import Model
+
+        model, info = Model.load(model_path), {"source": f"loaded from {model_path}",
+                                               "families_seen": ["(unknown)"]}
+        seen: list[str] = []
+    elif data:
+        model, info = model_from_collection(data, epochs, seed)
+        seen = info["families_seen"]
+    else:
+        model, info = model_from_measurements(kind, split(train_families), epochs=epochs,
+                                              seed=seed, log=click.echo)
+        seen = info["families_seen"]
+    names = split(programs) or held_out_programs(seen, per_family, split(families) or None)
+    result = bench_autotune(names, model, info, k, samples, evaluations, Protocol(warmup, runs),
+                            seed, None, log=click.echo)
+    result["core"] = core
+    click.echo(format_bench(result))
+    if json_path:
+        with open(json_path, "w") as f:
+            json.dump(result, f, indent=1, default=float)
+
+
+# ---- scale, GST (issue 6)
+
+
+@bench.command("scale")
+@click.option("--sizes", default="1000,10000,50000,200000", show_default=True,
+              help="graph sizes in nodes, comma-separated")
+@click.option("--modes", default="full,pruned,gst", show_default=True)
+@click.option("--configs", type=int, default=32, show_default=True, help="configs per step")
+@click.option("--num-configs", type=int, default=10000, show_default=True,
+              help="configs stored per graph (read lazily)")
+@click.option("--steps", type=int, default=3, show_default=True, help="timed steps")
+@click.option("--segment-size", type=int, default=1000, show_default=True)
+@click.option("--memory-budget", default="75%", show_default=True,
+              help="skip full/pruned steps estimated above this ('75%', '8G')")
+@click.option("--threads", type=int, default=0, help="torch threads (0: torch's default)")
+@click.option("--json", "json_path", type=click.Path(), default=None)
+def bench_scale_cmd(sizes: str, modes: str, configs: int, num_configs: int, steps: int,
+                    segment_size: int, memory_budget: str, threads: int,
+                    json_path: str | None) -> None:
+    """Peak RSS and seconds per step of full-graph, pruned and GST training on synthetic
+    layout graphs of growing size, each in a fresh process, with growth exponents."""
+    import json
+
+    from graphcost.bench.scale import HEADER, bench_scale, format_row, format_scale
+
+    click.echo(HEADER)
+    try:
+        result = bench_scale([int(x) for x in sizes.split(",") if x.strip()],
+                             [m.strip() for m in modes.split(",") if m.strip()], configs,
+                             num_configs, steps, segment_size, memory_budget, threads,
+                             on_row=lambda r: click.echo(format_row(r)))
+    except ValueError as e:
+        raise click.ClickException(str(e)) from None
+    click.echo("\n" + format_scale(result))
+    if json_path:
+        with open(json_path, "w") as f:
+            json.dump(result, f, indent=1)
+
+
+# ---- distributed (issue 9)
+
+
+@main.command("merge")
+@click.argument("out", type=click.Path(file_okay=False))
+@click.argument("shards", nargs=-1, required=True, type=click.Path(exists=True, file_okay=False))
+def merge_cmd(out: str, shards: tuple[str, ...]) -> None:
+    """Combine `collect --shard I/N` folders into one collection OUT; exit 1 listing every
+    missing or duplicated graph."""
+    import sys
+
+    from graphcost.xla.shard import MergeError, merge
+
+    try:
+        result = merge(out, shards, command=" ".join(["graphcost", *sys.argv[1:]]))
+    except MergeError as e:
+        click.echo(f"cannot merge {len(shards)} shard folders:\n{e}", err=True)
+        raise SystemExit(1) from None
+    except ValueError as e:
+        raise click.ClickException(str(e)) from None
+    click.echo(f"merged shards {', '.join(sorted(result.shards))}: {result.graphs} graphs, "
+               f"{result.failed} failed, into {out}")
+    for name, m in sorted(result.manifests.items()):
+        click.echo(f"  {name:20} {m['splits']}")

@@ -6,7 +6,8 @@ from graphcost.cli import main
 def test_info_on_bundled_sample():
     result = CliRunner().invoke(main, ["info", "--sample"])
     assert result.exit_code == 0, result.output
-    assert "tile:synth train" in result.output and "layout:synth:random valid" in result.output
+    for name in ("layout:cpu:random train", "layout:cpu:default test", "options:cpu valid"):
+        assert name in result.output
 
 
 def test_info_on_one_file_and_validate_sample(tmp_path, tile_graph):

@@ -166,3 +166,84 @@ def write_collection(root: str | Path, kind: str = "layout", source: str = "synt
                  else make_layout_graph(rng, name=name, **graph_kwargs))
             write_graph(base / split / f"{name}.npz", g, compress=compress)
     return base
+
+
+# --------------------------------------------------------------------------- large graphs
+
+
+def make_large_layout_graph(rng: np.random.Generator, num_nodes: int = 200_000,
+                            num_configs: int = 10_000, num_configurable: int | None = None,
+                            name: str = "large", noise: float = 0.01,
+                            default_fraction: float = 0.2,
+                            config_file: str | Path | None = None,
+                            chunk: int = 256) -> LayoutGraph:
+    """`make_layout_graph`'s distribution, vectorised for graphs of 100k+ nodes.
+
+    Not the same random stream, so not the same graphs for a seed. With `config_file`
+    the (c, nc, 18) configs are generated `chunk` configs at a time into a memory map
+    there, so a config array larger than memory can be made (and written with
+    `write_graph(..., compress=False)`, which streams it).
+    """
+    n = num_nodes
+    v = np.arange(n)
+    offsets = np.argsort(rng.random((n, 20)), axis=1)[:, :3] + 1  # distinct, in 1..20
+    k = rng.integers(1, 4, size=n)
+    ok = (offsets <= v[:, None]) & (np.arange(3)[None, :] < k[:, None])
+    edges = np.stack([np.broadcast_to(v[:, None], offsets.shape)[ok],
+                      (v[:, None] - offsets)[ok]], axis=1).astype(np.int64)
+
+    feat = np.zeros((n, 140), np.float32)
+    opcode = rng.choice(_COMPUTE_OPS, size=n)
+    opcode[:max(1, n // 10)] = 63
+    rank = rng.integers(1, 5, size=n)
+    cols = np.arange(4)[None, :]
+    inside = cols < rank[:, None]
+    dims = np.where(inside, 2.0 ** rng.integers(1, 9, size=(n, 4)), 0.0)
+    feat[:, 21:25] = dims
+    feat[:, 27] = dims.sum(1)
+    feat[:, 28] = np.where(inside, dims, 1.0).prod(1)
+    feat[:, 134:138] = np.where(inside, rank[:, None] - 1 - cols, 0)
+    f32 = rng.random(n) < 0.8
+    feat[v, np.where(f32, _F32_COLUMN, _BF16_COLUMN)] = 1.0
+    feat[:, 30] = np.where(opcode == 63, v, 0)
+    feat[n - 1, 0] = 1.0
+
+    candidates = np.flatnonzero(np.isin(opcode, _CONFIGURABLE_OPS))
+    nc = num_configurable or max(1, min(candidates.size, n // 8))
+    ids = np.sort(rng.choice(candidates, size=min(nc, candidates.size), replace=False))
+    nc = ids.size
+    r = rank[ids]
+    shape = (num_configs, nc, 18)
+    ncf = (np.lib.format.open_memmap(config_file, "w+", np.float32, shape)
+           if config_file is not None else np.empty(shape, np.float32))
+
+    size = _log_size(feat)
+    d = np.where(cols < r[:, None], dims[ids], -np.inf)
+    preferred = 3 - np.argmax(d[:, ::-1], axis=1)
+    position = np.full(n, -1)
+    position[ids] = np.arange(nc)
+    pairs = position[edges]
+    pairs = pairs[(pairs >= 0).all(1)]
+    pair_cost = 0.5 * np.minimum(size[ids[pairs[:, 0]]], size[ids[pairs[:, 1]]])
+    cost = np.full(num_configs, 0.05 * float(size.sum()) + 1.0)
+    for lo in range(0, num_configs, chunk):
+        cc = min(chunk, num_configs - lo)
+        keys = np.where(cols[None] < r[None, :, None], rng.random((cc, nc, 4)), 2.0)
+        perm = np.argsort(keys, axis=-1).astype(np.float32)
+        perm = np.where(cols[None] < r[None, :, None], perm, -1.0)
+        perm[rng.random((cc, nc)) < default_fraction] = -1.0
+        block = np.full((cc, nc, 18), -1.0, np.float32)
+        block[:, :, 0:4] = perm
+        block[:, :, 6:10] = perm
+        ncf[lo:lo + cc] = block
+        minor = perm[:, :, 0]
+        chosen = np.where(minor < 0, r[None, :] - 1, minor)
+        cost[lo:lo + cc] += (size[ids][None, :] * (chosen != preferred[None, :])).sum(1)
+        cost[lo:lo + cc] += (pair_cost[None, :] *
+                             (minor[:, pairs[:, 0]] != minor[:, pairs[:, 1]])).sum(1)
+    if isinstance(ncf, np.memmap):
+        ncf.flush()
+    runtime = cost * 1e3 * rng.lognormal(0.0, noise, num_configs)
+    return LayoutGraph(name=name, node_feat=feat, node_opcode=opcode.astype(np.int64),
+                       edge_index=edges, node_config_ids=ids, node_config_feat=ncf,
+                       config_runtime=runtime, node_splits=np.array([0], np.int64))

@@ -10,12 +10,14 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+import numpy as np
 import torch
 from torch import Tensor, nn
 from torch_geometric.nn import GCNConv, SAGEConv, global_add_pool, global_max_pool
 from torch_geometric.nn import global_mean_pool as mean_pool
 
-from graphcost.models.base import NUM_OPCODES, Batch, RankingNet, mlp
+from graphcost.models.base import NUM_OPCODES, Batch, GraphTensors, RankingNet, chunk_limit, mlp
+from graphcost.models.segments import split_segments
 
 
 @dataclass
@@ -95,6 +97,7 @@ class ResGCNSettings:
     opcode_dim: int = 32
     layers: int = 3
     dropout: float = 0.0
+    segment_size: int = 0  # encode in segments of ~this many nodes (GST); 0: whole graph
 
 
 class ResGCNLayout(RankingNet):
@@ -109,6 +112,7 @@ class ResGCNLayout(RankingNet):
 
     def __init__(self, kind: str, s: ResGCNSettings, node_dim: int, config_dim: int):
         super().__init__()
+        self.s = s
         self.opcode = nn.Embedding(NUM_OPCODES, s.opcode_dim)
         self.node_in = nn.Linear(node_dim + s.opcode_dim, s.hidden)
         self.config_in = nn.Linear(18, s.hidden, bias=False)
@@ -116,11 +120,34 @@ class ResGCNLayout(RankingNet):
         self.head = mlp(2 * s.hidden, s.hidden, 1, s.dropout)
 
     def forward(self, b: Batch) -> Tensor:
+        return self.score_embedding(self.encode_segment(b), b.mask)
+
+    def encode_segment(self, b: Batch, share: Tensor | None = None) -> Tensor:
+        """(B, C, 2h) [share·mean ‖ sum] pooling of each graph (or segment, models/segments.py):
+        both parts add up over a graph's segments to the whole graph's pooling."""
         h0 = self.node_in(torch.cat([b.x, self.opcode(b.opcode)], dim=-1))  # (N, h)
         c = b.config.shape[0]
         h = h0.expand(c, -1, -1).index_add(1, b.config_nodes, self.config_in(b.config))
         for conv in self.convs:
             h = h + torch.relu(conv(h, b.edge_index))
-        g = torch.cat([mean_pool(h, b.node_graph, b.num_graphs),
-                       global_add_pool(h, b.node_graph, b.num_graphs)], -1)  # (C, B, 2h)
-        return self.head(g).squeeze(-1).t()
+        mean = mean_pool(h, b.node_graph, b.num_graphs)  # (C, B, h)
+        if share is not None:
+            mean = mean * share.to(mean.dtype)[None, :, None]
+        return torch.cat([mean, global_add_pool(h, b.node_graph, b.num_graphs)], -1).transpose(0, 1)
+
+    def score_embedding(self, h: Tensor, mask: Tensor) -> Tensor:
+        """(B, C, 2h) → (B, C) scores; configs do not interact."""
+        return self.head(h).squeeze(-1)
+
+    def head_parameters(self) -> list[nn.Parameter]:
+        return list(self.head.parameters())
+
+    @torch.no_grad()
+    def score_configs(self, g: GraphTensors, ids: np.ndarray, chunk_size: int = 1024) -> Tensor:
+        """Scores in bounded-memory chunks, summing segment embeddings when GST-trained."""
+        segments = split_segments(g, self.s.segment_size)
+        size = chunk_limit(segments.largest, chunk_size)
+        mask = torch.ones(1, 1, dtype=torch.bool, device=self.device)
+        out = [self.score_embedding(segments.encode(self, ids[i:i + size]), mask)[0].float().cpu()
+               for i in range(0, len(ids), size)]
+        return torch.cat(out) if out else torch.zeros(0)

@@ -10,7 +10,7 @@ from __future__ import annotations
 import dataclasses
 import os
 import tempfile
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -130,6 +130,60 @@ class Model:
             return self.net.score_configs(gt, ids, chunk_size).numpy()
         finally:
             self.net.train(was_training)
+
+    def scorer(self, graph: Graph, cache: bool = True,
+               chunk_size: int = 1024) -> Callable[[np.ndarray], np.ndarray]:
+        """A function scoring raw candidate configs of `graph`'s program (lower = faster):
+        (C, nc, 18) layouts of its configurable nodes, or (C, 24) tile/option features.
+
+        Autotuning scores thousands of candidates of one program, so with `cache` the
+        graph is pruned and transformed once and, for networks that offer
+        `config_scorer` (the ranker), its config-independent states too; each call then
+        runs only the config-dependent layers. `cache=False` redoes all of it on every
+        call (the same scores, to measure what the cache saves). A config of `graph` gets
+        the score `predict` gives it, for graphs without repeated configs.
+        """
+        if self.net is None:
+            raise RuntimeError("the model is not fitted: call fit() or load() first")
+        net = self.net
+
+        def build() -> Callable[[torch.Tensor], torch.Tensor]:
+            gt = self.prepare(graph)
+            make = getattr(net, "config_scorer", None)
+            if make is not None:
+                return make(gt, chunk_size)
+
+            def independent(configs: torch.Tensor) -> torch.Tensor:  # configs do not interact
+                n = configs.shape[0]
+                if gt.kind == "tile":
+                    one = dataclasses.replace(gt, tile_configs=configs, runtime=np.zeros(n))
+                else:
+                    g = dataclasses.replace(gt.graph, node_config_feat=configs.numpy(),
+                                            config_runtime=np.zeros(n))
+                    one = dataclasses.replace(gt, graph=g, runtime=np.zeros(n))
+                return net.score_configs(one, np.arange(n), chunk_size)
+
+            return independent
+
+        def in_eval(fn: Callable[[], Any]) -> Any:  # no dropout, whatever mode net is in
+            was_training = net.training
+            net.eval()
+            try:
+                return fn()
+            finally:
+                net.train(was_training)
+
+        cached = in_eval(build) if cache else None
+
+        def score(configs: np.ndarray) -> np.ndarray:
+            raw = np.asarray(configs, dtype=np.float32)
+            if raw.shape[0] == 0:
+                return np.zeros(0, dtype=np.float32)
+            assert self.transform is not None
+            x = torch.from_numpy(self.transform.tile_config(raw) if self.kind == "tile" else raw)
+            return in_eval(lambda: (cached or build())(x)).numpy()
+
+        return score
 
     def rank(self, graph: Graph, chunk_size: int = 1024) -> tuple[np.ndarray, np.ndarray]:
         """All config indices fastest first (ties by index) and their scores."""

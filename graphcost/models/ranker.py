@@ -30,6 +30,7 @@ chunk size, the order of chunks, or which other configs were asked for.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
 
 import numpy as np
@@ -47,6 +48,7 @@ from graphcost.models.base import (
     collate,
     mlp,
 )
+from graphcost.models.segments import split_segments
 
 
 @dataclass
@@ -59,6 +61,7 @@ class RankerSettings:
     attn_layers: int = 1  # cross-config transformer blocks; 0 disables the attention
     heads: int = 4
     ref_configs: int = 32  # reference set size at prediction (≈ configs per graph in training)
+    segment_size: int = 0  # layout: encode in segments of ~this many nodes (GST); 0: whole graph
 
 
 def reference_ids(num_configs: int, size: int) -> np.ndarray:
@@ -153,16 +156,27 @@ class Ranker(RankingNet):
 
     def embed(self, b: Batch) -> Tensor:
         """(B, C, d) per-config embeddings; configs do not interact here."""
+        return self.embed_configs(b, self.graph_state(b), b.config)
+
+    def graph_state(self, b: Batch) -> Tensor:
+        """The part of `embed` no config changes, so autotuning computes it once per
+        program: h⁰ (N, d) for layout, the pooled graph (B, 2d) for tile."""
         h0 = self.node_in(torch.cat([b.x, self.opcode(b.opcode)], dim=-1))  # (N, d)
+        if self.kind == "layout":
+            return h0
+        h = self._gnn(h0, b.edge_index)
+        return torch.cat([mean_pool(h, b.node_graph, b.num_graphs),
+                          global_max_pool(h, b.node_graph, b.num_graphs)], -1)  # (B, 2d)
+
+    def embed_configs(self, b: Batch, state: Tensor, config: Tensor) -> Tensor:
+        """(B, C, d) embeddings of `config` (shaped like `b.config`) on `graph_state(b)`."""
         if self.kind == "tile":
-            h = self._gnn(h0, b.edge_index)
-            g = torch.cat([mean_pool(h, b.node_graph, b.num_graphs),
-                           global_max_pool(h, b.node_graph, b.num_graphs)], -1)  # (B, 2d)
-            cfg = self.config_in(b.config)  # (B, C, d)
-            return self.join(torch.cat([g.unsqueeze(1).expand(-1, cfg.shape[1], -1), cfg], -1))
-        c = b.config.shape[0]
+            cfg = self.config_in(config)  # (B, C, d)
+            g = state.unsqueeze(1).expand(-1, cfg.shape[1], -1)
+            return self.join(torch.cat([g, cfg], -1))
+        h0, c = state, config.shape[0]
         at = h0[b.config_nodes].expand(c, -1, -1)  # (C, K, d)
-        cfg = layout_features(b.config, b.config_dims, b.config_default)
+        cfg = layout_features(config, b.config_dims, b.config_default)
         delta = self.join(torch.cat([at, cfg], dim=-1))
         h = self._gnn(h0.expand(c, -1, -1).index_add(1, b.config_nodes, delta), b.edge_index)
         pooled = torch.cat([mean_pool(h, b.node_graph, b.num_graphs),
@@ -172,21 +186,35 @@ class Ranker(RankingNet):
 
     def forward(self, b: Batch) -> Tensor:
         """Training scores (B, C): the sampled configs of each graph attend to each other."""
+        return self.score_embedding(self.embed(b), b.mask)
+
+    def encode_segment(self, b: Batch, share: Tensor | None = None) -> Tensor:
+        """Segment hook (models/segments.py): `embed` of each graph's segment in `b`
+        weighted by `share` (B,), so a graph's segment embeddings sum to its embedding."""
         h = self.embed(b)
+        return h if share is None else h * share.to(h.dtype)[:, None, None]
+
+    def score_embedding(self, h: Tensor, mask: Tensor) -> Tensor:
+        """The head (cross-config attention, then MLP): (B, C, d) embeddings → (B, C)."""
         same = torch.eye(h.shape[1], dtype=torch.bool, device=h.device).unsqueeze(0)
         for block in self.attn:
-            h = block(h, h, same, b.mask)
+            h = block(h, h, same, mask)
         return self.head(h).squeeze(-1)
+
+    def head_parameters(self) -> list[nn.Parameter]:
+        """What `score_embedding` learns: GST's final phase fine-tunes only these."""
+        return [*self.attn.parameters(), *self.head.parameters()]
 
     @torch.no_grad()
     def score_configs(self, g: GraphTensors, ids: np.ndarray, chunk_size: int = 1024) -> Tensor:
         """Scores of configs `ids` of one graph against the fixed reference set."""
         ids = np.asarray(ids, dtype=np.int64)
         dev = self.device
-        chunk_size = chunk_limit(g, chunk_size)
+        segments = split_segments(g, self.s.segment_size)  # one segment (g) unless GST-trained
+        chunk_size = chunk_limit(segments.largest, chunk_size)
 
         def embed(chunk: np.ndarray) -> Tensor:
-            return self.embed(collate([(g, chunk)]).to(dev))
+            return segments.encode(self, chunk)
 
         def chunks(a: np.ndarray) -> list[np.ndarray]:
             return [a[i:i + chunk_size] for i in range(0, len(a), chunk_size)]
@@ -207,3 +235,55 @@ class Ranker(RankingNet):
                 h = block(h, r, same, ref_mask)
             out.append(self.head(h).squeeze(-1)[0].float().cpu())
         return torch.cat(out) if out else torch.zeros(0)
+
+    def config_scorer(self, g: GraphTensors, chunk_size: int = 1024) -> Callable[[Tensor], Tensor]:
+        """Score configs that need not be in `g`, as `score_configs` scores g's own.
+
+        The batch tensors, `graph_state` and the reference set's states are computed
+        here, once; each call then runs only the config-dependent layers (autotuning
+        scores thousands of candidates of one program). Configs are shaped like
+        `g.configs(ids)`. A query attends to g's reference set with the first reference
+        equal to it hidden, so a score depends on the config's values alone; for g's
+        own configs that is `score_configs`' own-id masking (unless g repeats a config).
+        """
+        if len(split_segments(g, self.s.segment_size)) > 1:
+            raise ValueError(f"{g.name}: this ranker encodes the graph in segments (GST), "
+                             "which config_scorer does not do; use score_configs")
+        dev = self.device
+        size = chunk_limit(g, chunk_size)
+        ref_ids = reference_ids(g.num_configs, self.s.ref_configs)
+        ref_cfg = g.configs(ref_ids).to(dev)
+        ref_flat = ref_cfg.reshape(len(ref_ids), -1)
+        with torch.no_grad():
+            b = collate([(g, ref_ids[:1])]).to(dev)
+            state = self.graph_state(b)
+
+            def embed(cfg: Tensor) -> Tensor:
+                return self.embed_configs(b, state, cfg.unsqueeze(0) if self.kind == "tile"
+                                          else cfg)
+
+            ref = torch.cat([embed(ref_cfg[i:i + size]) for i in range(0, len(ref_ids), size)],
+                            dim=1)  # (1, R, d)
+            ref_mask = torch.ones(1, ref.shape[1], dtype=torch.bool, device=dev)
+            refs = [ref]
+            eye = torch.eye(ref.shape[1], dtype=torch.bool, device=dev).unsqueeze(0)
+            for block in self.attn:
+                refs.append(block(refs[-1], refs[-1], eye, ref_mask))
+
+        def first_equal(chunk: Tensor) -> Tensor:  # (1, Q, R): the first equal reference
+            q = chunk.reshape(chunk.shape[0], -1)
+            eq = torch.stack([(q == r).all(1) for r in ref_flat], dim=1)
+            return (eq & (eq.cumsum(1) == 1)).unsqueeze(0)
+
+        @torch.no_grad()
+        def score(configs: Tensor) -> Tensor:
+            out = []
+            for i in range(0, configs.shape[0], size):
+                chunk = configs[i:i + size].to(dev)
+                h, same = embed(chunk), first_equal(chunk)
+                for block, r in zip(self.attn, refs, strict=False):
+                    h = block(h, r, same, ref_mask)
+                out.append(self.head(h).squeeze(-1)[0].float().cpu())
+            return torch.cat(out) if out else torch.zeros(0)
+
+        return score

@@ -17,6 +17,7 @@ from graphcost.eval.submission import (
 )
 from graphcost.formats import Graph, read_graph
 from graphcost.models.model import Model
+from graphcost.train.distributed import is_main_process
 from graphcost.train.trainer import TrainSettings, train
 
 
@@ -40,10 +41,12 @@ def train_model(data: str | Path, model: str = "ranker", out_dir: str | Path = "
     train_split = "train" if "train" in coll.splits else next(iter(coll.splits))
     valid = split_graphs(coll, "valid") if "valid" in coll.splits else None
     m = Model(model, coll.kind, **(model_settings or {}))
-    write_json({"data": str(Path(data).resolve()), "collection": coll.name, "model": model,
-                "model_settings": model_settings or {}}, Path(out_dir) / "run.json")
+    main = is_main_process()  # under torchrun only rank 0 writes files
+    if main:
+        write_json({"data": str(Path(data).resolve()), "collection": coll.name, "model": model,
+                    "model_settings": model_settings or {}}, Path(out_dir) / "run.json")
     result = train(m, split_graphs(coll, train_split), valid, settings, out_dir, resume)
-    if not result["stopped"]:
+    if main and not result["stopped"]:
         m.save(Path(out_dir) / "model.pt")
     result["collection"] = coll.name
     return m, result

@@ -33,6 +33,7 @@ from graphcost.formats import Graph
 from graphcost.models.base import GraphTensors, collate
 from graphcost.models.losses import RankingLoss
 from graphcost.models.model import Model, atomic_save
+from graphcost.train import distributed
 
 
 @dataclass
@@ -57,6 +58,13 @@ class TrainSettings:
     chunk_size: int = 1024  # configs per forward pass when predicting
     stop_after_epoch: int = 0  # > 0: stop after this epoch as if killed (to test resume)
     progress: bool = True
+    # Graph Segment Training and the full-graph memory budget (graphcost.train.gst)
+    mode: str = "full"  # 'full': back-propagate through whole graphs; 'gst': one segment each
+    segment_size: int = 1000  # gst: nodes per segment
+    stale_drop_p: float = 0.5  # gst: drop each historical embedding with this probability
+    head_finetune_epochs: int = 2  # gst: final epochs training only the head, encoder frozen
+    gst_max_configs: int = 1000  # gst: train on a fixed subset of ≤ this many configs per graph
+    memory_budget: str = "75%"  # full: refuse steps estimated above this ('75%', '8G', 'off')
 
 
 def lr_factor(step: int, s: TrainSettings, total: int) -> float:
@@ -88,15 +96,19 @@ def validation_ids(g: GraphTensors, n: int, seed: int) -> np.ndarray:
 
 
 def validate(model: Model, items: Sequence[tuple[GraphTensors, np.ndarray]],
-             chunk_size: int = 1024) -> dict[str, float]:
+             chunk_size: int = 1024,
+             ctx: distributed.Context | None = None) -> dict[str, float]:
     """Mean τ, OPA and competition score (tile: 2 − top-5 ratio; layout: τ) over graphs."""
     taus, opas, scores = [], [], []
-    for g, ids in items:
+    for g, ids in (ctx.shard(items) if ctx else items):  # under DDP: this rank's graphs
         pred = model.predict(g, ids, chunk_size=chunk_size)
         runtime = g.runtime[ids]
         taus.append(kendall_tau(pred, runtime))
         opas.append(opa(pred, runtime))
         scores.append(tile_score(pred, runtime) if g.kind == "tile" else taus[-1])
+    if ctx is not None and ctx.world > 1:  # every rank gets every graph's metrics, in order
+        rows = ctx.unshard(list(zip(taus, opas, scores, strict=True)), len(items))
+        taus, opas, scores = ([r[i] for r in rows] for i in range(3))
     mean = lambda v: float(np.nanmean(v)) if np.isfinite(v).any() else float("nan")  # noqa: E731
     return {"valid_tau": mean(taus), "valid_opa": mean(opas), "valid_score": mean(scores)}
 
@@ -115,6 +127,7 @@ def _set_rng_state(rng: np.random.Generator, st: dict) -> None:
         torch.cuda.set_rng_state_all(st["cuda"])
 
 
+@distributed.in_process_group  # under torchrun: DDP across the processes
 def train(model: Model, train_graphs: Sequence[Graph], valid_graphs: Sequence[Graph] | None = None,
           settings: TrainSettings | None = None, out_dir: str | Path | None = None,
           resume: bool = False) -> dict:
@@ -124,9 +137,15 @@ def train(model: Model, train_graphs: Sequence[Graph], valid_graphs: Sequence[Gr
     graphs) in `model`.
     """
     s = settings or TrainSettings()
-    device = torch.device(s.device)
+    if s.mode not in ("full", "gst"):
+        raise ValueError(f"mode must be 'full' or 'gst', got '{s.mode}'")
+    if s.mode == "gst":
+        from graphcost.train.gst import train_gst
+        return train_gst(model, train_graphs, valid_graphs, s, out_dir, resume)
+    ctx = distributed.context(s.device)  # rank and world size (1 without torchrun)
+    device = ctx.device
     amp = device.type == "cuda"
-    out = Path(out_dir) if out_dir is not None else None
+    out = Path(out_dir) if out_dir is not None and ctx.is_main else None  # rank 0 writes
     if out is not None:
         out.mkdir(parents=True, exist_ok=True)
     last = out / "last.pt" if out is not None else None
@@ -138,6 +157,7 @@ def train(model: Model, train_graphs: Sequence[Graph], valid_graphs: Sequence[Gr
     np_rng = np.random.default_rng(s.seed)
     torch.manual_seed(s.seed)
     ckpt = torch.load(last, map_location="cpu", weights_only=False) if resuming else None
+    ckpt = ctx.broadcast(ckpt)  # rank 0's last.pt restores every rank
     if ckpt is not None:
         model.build(FeatureTransform.from_dict(ckpt["model"]["transform"]))
         model.net.load_state_dict(ckpt["model"]["state_dict"])
@@ -145,6 +165,7 @@ def train(model: Model, train_graphs: Sequence[Graph], valid_graphs: Sequence[Gr
         model.build(FeatureTransform.fit(train_graphs))
     net = model.net
     net.to(device)
+    ddp = ctx.wrap(net)  # DDP when world size > 1, else `net` itself
 
     items = []  # (graph tensors, candidate config ids)
     for g in train_graphs:
@@ -152,15 +173,18 @@ def train(model: Model, train_graphs: Sequence[Graph], valid_graphs: Sequence[Gr
         ids = dedup_configs(g)[0] if s.dedup else np.arange(gt.num_configs)
         if ids.size >= 2:
             items.append((gt, ids))
+    from graphcost.train.gst import check_full_graph_memory  # refuse before running out
+    check_full_graph_memory(model, [gt.x.shape[0] for gt, _ in items], s)
     valid_items = [(gt, validation_ids(gt, s.valid_configs, s.seed))
                    for gt in (model.prepare(g) for g in (valid_graphs or []))]
 
-    b = max(1, min(s.graphs_per_batch, len(items)))
+    b = max(1, min(s.graphs_per_batch, len(items)))  # the global batch, split across ranks
+    ctx.check_batch(b)
     steps_per_epoch = s.steps_per_epoch or -(-len(items) // b)
     total = s.epochs * steps_per_epoch
     opt = torch.optim.AdamW(net.parameters(), lr=s.lr, weight_decay=s.weight_decay)
     sched = torch.optim.lr_scheduler.LambdaLR(opt, lambda step: lr_factor(step, s, total))
-    loss_fn = RankingLoss(s.loss or model.default_loss, margin=s.margin)
+    loss_fn = ctx.loss(RankingLoss(s.loss or model.default_loss, margin=s.margin))
 
     start_epoch, best_score, best_epoch, bad_epochs, history = 1, -math.inf, 0, 0, []
     best_state = None
@@ -184,14 +208,14 @@ def train(model: Model, train_graphs: Sequence[Graph], valid_graphs: Sequence[Gr
         order = np.concatenate([np_rng.permutation(len(items))
                                 for _ in range(-(-steps_per_epoch * b // len(items)))])
         bar = tqdm(range(steps_per_epoch), desc=f"epoch {epoch}/{s.epochs}",
-                   disable=not s.progress, leave=False)
+                   disable=not (s.progress and ctx.is_main), leave=False)
         for step in bar:
             chosen = [items[i] for i in order[step * b:(step + 1) * b]]
             picked = [(gt, sample_configs(np_rng, ids, gt.runtime, s.configs_per_graph,
                                           s.fast_bias)) for gt, ids in chosen]
-            batch = collate(picked, with_runtime=True).to(device)
+            batch = collate(ctx.shard(picked), with_runtime=True).to(device)  # this rank's
             with torch.autocast(device.type, dtype=torch.bfloat16, enabled=amp):
-                scores = net(batch)
+                scores = ddp(batch)
             loss = loss_fn(scores.float(), batch.runtime, batch.mask)
             opt.zero_grad(set_to_none=True)
             loss.backward()
@@ -204,12 +228,13 @@ def train(model: Model, train_graphs: Sequence[Graph], valid_graphs: Sequence[Gr
             seen_configs += int(batch.mask.sum())
             rate = seen_configs / max(time.perf_counter() - t0, 1e-9)
             bar.set_postfix(loss=f"{losses[-1]:.4f}", cfg_s=f"{rate:.0f}")
+        losses, seen_configs = ctx.all_mean(losses), ctx.all_sum(seen_configs)  # all ranks
         seconds = time.perf_counter() - t0
         row = {"epoch": epoch, "step": epoch * steps_per_epoch, "lr": sched.get_last_lr()[0],
                "train_loss": float(np.mean(losses)), "seconds": seconds,
                "graphs_per_s": seen_graphs / seconds, "configs_per_s": seen_configs / seconds}
         if valid_items:
-            row.update(validate(model, valid_items, s.chunk_size))
+            row.update(validate(model, valid_items, s.chunk_size, ctx))
             score = row["valid_score"]
         else:
             score = -row["train_loss"]
@@ -230,7 +255,7 @@ def train(model: Model, train_graphs: Sequence[Graph], valid_graphs: Sequence[Gr
                          "epoch": epoch, "best_score": best_score, "best_epoch": best_epoch,
                          "bad": bad_epochs, "history": history, "best_state": best_state,
                          "settings": asdict(s)}, last)
-        if s.progress:
+        if s.progress and ctx.is_main:
             tqdm.write(" ".join(f"{k}={v:.4g}" if isinstance(v, float) else f"{k}={v}"
                                 for k, v in row.items()))
         if s.stop_after_epoch and epoch >= s.stop_after_epoch:

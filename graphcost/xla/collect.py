@@ -53,11 +53,16 @@ class CollectSpec:
     workers: int = 0  # 0 = one per core this process may use
     limit: int = 0  # stop after this many graphs this run (0 = all)
     retry_failed: bool = False
+    shard: str = ""  # 'I/N': measure only shard I of N of the plan (graphcost.xla.shard)
 
     def __post_init__(self) -> None:
         bad = sorted(set(self.kinds) - set(KINDS))
         if bad:
             raise ValueError(f"unknown kinds {bad}; choose from {list(KINDS)}")
+        if self.shard:
+            from graphcost.xla.shard import parse_shard
+
+            parse_shard(self.shard)
         if isinstance(self.protocol, dict):
             self.protocol = Protocol(**self.protocol)
 
@@ -313,6 +318,10 @@ def collect(spec: CollectSpec, progress: Callable[[int, int], Callable[[int], An
     out = Path(spec.out)
     out.mkdir(parents=True, exist_ok=True)
     tasks = plan_tasks(spec)
+    if spec.shard:  # this machine's part of the whole plan, recorded in OUT/shard.json
+        from graphcost.xla.shard import take_shard
+
+        tasks = take_shard(spec, tasks)
     todo = pending_tasks(spec, tasks)
     skipped = len(tasks) - len(todo)
     if spec.limit:

@@ -1,0 +1,479 @@
+"""Autotune one JAX program with a trained model: search, measure the winners, report.
+
+    program ─► optimized HLO graph ─► config space (layouts or compiler options)
+            ─► model-guided search (thousands of model scores, graph encoded once)
+            ─► measure the model's top K, K random configs and the default together
+            ─► chosen config (JSON) + speed-ups + Kendall τ on what was measured
+
+A layout model scores layout plans, a tile model option configs (a tile model is
+taken to be trained on an `options:cpu` collection: both are 24 graph-level floats).
+
+What is measured and reported (DESIGN §7 protocol: compile every config first, then
+time round-robin, median of `runs`; pinned to `core` when given):
+- the default, the K best configs by model score (the *model arm*) and K configs drawn
+  at random from the sampled pool, the default excluded (the *random arm*: random
+  search with the same measurement budget). A config in both arms is timed once.
+- chosen = the fastest measured of the model arm and the default, so autotuning never
+  picks a config measured slower than the default; the random arm gets the same
+  fallback: `speedup_vs_random` = fastest(random arm + default) / chosen.
+- `top1_speedup` = default / the model's first pick: the model alone, no measurement.
+- Kendall τ between model scores and medians over every config measured ok.
+Configs that fail to compile or run, or whose outputs differ from the default's, are
+reported and left out of every minimum.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import time
+from collections.abc import Callable, Iterator, Sequence
+from contextlib import contextmanager
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from graphcost.autotune.search import SearchResult, search
+from graphcost.autotune.space import Config, ConfigSpace, LayoutConfigs, OptionConfigs
+from graphcost.eval.metrics import kendall_tau
+from graphcost.formats.npz import LayoutGraph, TileGraph
+from graphcost.xla.configs import LayoutPlan, LayoutSpace, compiler_options
+from graphcost.xla.measure import Protocol, time_configs
+
+CONFIG_FORMAT = "graphcost-autotune/1"
+
+
+@dataclass
+class Measured:
+    """One measured config: which arms chose it, its model score and its timing."""
+
+    arms: list[str]  # "default", "model", "random"
+    model_rank: int  # 0 = the model's best of everything scored
+    score: float
+    config: dict[str, Any]  # the config as `apply` takes it
+    status: str = "ok"
+    error: str = ""
+    median_ns: float = float("nan")
+    min_ns: float = float("nan")
+    spread: float = float("nan")
+
+    @property
+    def ok(self) -> bool:
+        return self.status == "ok"
+
+
+@dataclass
+class AutotuneResult:
+    """The chosen config and every measurement behind the reported figures."""
+
+    program: str
+    kind: str  # "layout" or "options"
+    config: dict[str, Any]  # the chosen config, as `apply` and `save_config` take it
+    chosen: int  # index into `measured`
+    measured: list[Measured]
+    k: int
+    default_ns: float
+    chosen_ns: float
+    random_best_ns: float  # fastest of the random arm and the default
+    speedup_vs_default: float
+    speedup_vs_random: float
+    top1_speedup: float  # default / the model's first pick (nan if it failed)
+    tau: float  # Kendall τ, model score vs median, over the configs measured ok
+    search: dict[str, Any] = field(default_factory=dict)
+    scoring: dict[str, Any] = field(default_factory=dict)
+    space: dict[str, Any] = field(default_factory=dict)
+    protocol: dict[str, Any] = field(default_factory=dict)
+    seconds: dict[str, float] = field(default_factory=dict)
+
+    def to_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+    def arm(self, name: str) -> list[Measured]:
+        return [m for m in self.measured if name in m.arms]
+
+
+# ------------------------------------------------------------------ programs
+
+
+def load_target(spec: str) -> tuple[str, Callable, tuple]:
+    """`MODULE:FUNCTION` (returning (callable, example_args)) or a zoo name `family.NNN`."""
+    if ":" in spec:
+        from graphcost.xla.extract import load_program
+
+        fn, args = load_program(spec)
+        return spec.rpartition(":")[2], fn, args
+    from graphcost.xla.programs import FAMILIES, make_program
+
+    family, _, index = spec.rpartition(".")
+    if family not in FAMILIES or not index.isdigit():
+        raise ValueError(f"{spec!r} is neither MODULE:FUNCTION nor a zoo program "
+                         f"family.NNN (families: {', '.join(sorted(FAMILIES))})")
+    name, fn, args = make_program(family, int(index))
+    return name, fn, args
+
+
+@dataclass
+class Tunable:
+    """A program ready to tune: its layout space, config space and HLO graph."""
+
+    name: str
+    layout: LayoutSpace
+    configs: ConfigSpace
+    hlo: Any  # formats.hlo.HloGraph of the default compilation
+    node_ids: list[int]  # layout: node of each encoded point
+    default_exe: Any
+
+    def plan_and_options(self, config: Config) -> tuple[LayoutPlan, dict[str, Any]]:
+        if self.configs.kind == "layout":
+            return config, {}
+        return {}, compiler_options(config, self.configs.knobs)
+
+    def graph(self, configs: Sequence[Config]) -> LayoutGraph | TileGraph:
+        """The program graph with `configs` as its configs (runtimes unknown: 1)."""
+        feat = self.configs.encode(configs)
+        h, c = self.hlo, len(configs)
+        if self.configs.kind == "layout":
+            return LayoutGraph(name=self.name, node_feat=h.node_feat, node_opcode=h.node_opcode,
+                               edge_index=h.edge_index,
+                               node_config_ids=np.asarray(self.node_ids, dtype=np.int64),
+                               node_config_feat=feat, config_runtime=np.ones(c),
+                               node_splits=h.node_splits)
+        return TileGraph(name=self.name, node_feat=h.node_feat, node_opcode=h.node_opcode,
+                         edge_index=h.edge_index, config_feat=feat,
+                         config_runtime=np.ones(c, np.int64),
+                         config_runtime_normalizers=np.ones(c, np.int64))
+
+    def config_json(self, config: Config) -> dict[str, Any]:
+        plan, opts = self.plan_and_options(config)
+        d: dict[str, Any] = {"format": CONFIG_FORMAT, "program": self.name,
+                             "kind": self.configs.kind, "arguments": _signature(self.layout),
+                             "layouts": (self.configs.to_json(plan)
+                                         if isinstance(self.configs, LayoutConfigs) else []),
+                             "compiler_options": opts}
+        if isinstance(self.configs, OptionConfigs):
+            d["options"] = self.configs.to_json(config)
+        return d
+
+
+def prepare(name: str, fn: Callable, args: Sequence[Any], kind: str) -> Tunable:
+    """Compile the default once, read its HLO graph and find the configurable points."""
+    from graphcost.xla.configs import locate_points
+    from graphcost.xla.measure import _hlo_graph, _opcode_names
+
+    layout = LayoutSpace(fn, tuple(args))
+    default_exe = layout.compile({})
+    hlo = _hlo_graph(default_exe)
+    if kind == "options":
+        return Tunable(name, layout, OptionConfigs(), hlo, [], default_exe)
+    located = locate_points(layout, default_exe.as_text(), hlo.node_names,
+                            _opcode_names(hlo.node_opcode))
+    layout.restrict(list(located))
+    points = sorted({p for p, _ in layout.slots}, key=lambda p: located[p])
+    if not points:
+        raise ValueError(f"{name}: no configurable layout (no parameter or dot/convolution of "
+                         "rank 2-6 found in the compiled module); tune compiler options instead")
+    return Tunable(name, layout, LayoutConfigs(layout, points), hlo,
+                   [located[p] for p in points], default_exe)
+
+
+def _signature(layout: LayoutSpace) -> list[list[Any]]:
+    return [[list(np.shape(x)), str(getattr(x, "dtype", type(x).__name__))]
+            for x in layout.leaves]
+
+
+# ------------------------------------------------------------------ measuring
+
+
+@contextmanager
+def pinned(core: int | None) -> Iterator[None]:
+    """Run the block on one core (this thread and threads it starts), then restore."""
+    if core is None:
+        yield
+        return
+    before = os.sched_getaffinity(0)
+    os.sched_setaffinity(0, {core})
+    try:
+        yield
+    finally:
+        os.sched_setaffinity(0, before)
+
+
+def _executable_and_inputs(layout: LayoutSpace, exe: Any) -> tuple[Any, list]:
+    import jax
+
+    formats = exe.input_formats[0]
+    return exe, [jax.device_put(x, f) for x, f in zip(layout.leaves, formats, strict=False)]
+
+
+def measure(t: Tunable, configs: Sequence[Config], protocol: Protocol,
+            core: int | None = None) -> list:
+    """Time `configs` (the first is the output reference) with the DESIGN §7 protocol."""
+
+    def build(i: int):
+        plan, opts = t.plan_and_options(configs[i])
+        exe = t.default_exe if not plan and not opts else t.layout.compile(plan, opts or None)
+        return _executable_and_inputs(t.layout, exe)
+
+    with pinned(core):
+        results, _ = time_configs(build, len(configs), protocol, reference=0)
+    return results
+
+
+# ------------------------------------------------------------------ the whole run
+
+
+def _as_model(model: Any):
+    from graphcost.models.model import Model
+
+    return model if isinstance(model, Model) else Model.load(model)
+
+
+def scoring_rates(model: Any, graph: Any, encoded: np.ndarray, batch: int,
+                  repeats: int = 2) -> dict[str, Any]:
+    """Candidates/s of the cached scorer and of the uncached one on the same batches.
+
+    Each scorer is warmed up on one batch, then the batches are timed `repeats` times
+    in alternation and the fastest pass kept (timings on a shared core are noisy). The
+    cached scorer's one-off setup is reported apart (`cache_setup_s`).
+    """
+    t0 = time.perf_counter()
+    fns = {True: model.scorer(graph, cache=True)}
+    setup = time.perf_counter() - t0
+    fns[False] = model.scorer(graph, cache=False)
+    batches = [encoded[i:i + batch] for i in range(0, len(encoded), batch)]
+    best = {True: float("inf"), False: float("inf")}
+    scores: dict[bool, np.ndarray] = {}
+    for cache in (True, False):
+        fns[cache](batches[0])
+    for _ in range(repeats):
+        for cache in (True, False):
+            t0 = time.perf_counter()
+            scores[cache] = np.concatenate([fns[cache](b) for b in batches])
+            best[cache] = min(best[cache], time.perf_counter() - t0)
+    out: dict[str, Any] = {"candidates": int(len(encoded)), "batch": batch,
+                           "cache_setup_s": round(setup, 4)}
+    out["cached_per_s"] = round(len(encoded) / best[True], 1)
+    out["uncached_per_s"] = round(len(encoded) / best[False], 1)
+    out["speedup"] = round(out["cached_per_s"] / out["uncached_per_s"], 2)
+    out["max_abs_diff"] = float(np.abs(scores[True] - scores[False]).max())
+    return out
+
+
+def autotune(fn: Callable, args: Sequence[Any], model: Any, *, name: str | None = None,
+             k: int = 5, samples: int = 1024, evaluations: int = 4096, population: int = 16,
+             round_size: int = 256, protocol: Protocol | None = None, seed: int = 0,
+             core: int | None = None, compare_cache: bool = True,
+             log: Callable[[str], Any] | None = None) -> AutotuneResult:
+    """Autotune `fn(*args)` with `model` (a `Model` or a saved model's path).
+
+    Searches with `evaluations` model scores (starting from `samples` sampled configs),
+    then measures the model's top `k`, `k` random configs and the default (pinned to
+    `core` if given; the protocol wants a pinned core). See the module docstring for
+    exactly what the figures mean.
+    """
+    if k < 1:
+        raise ValueError(f"k must be at least 1, got {k}")
+    say = log or (lambda _msg: None)
+    protocol = protocol or Protocol()
+    m = _as_model(model)
+    kind = "layout" if m.kind == "layout" else "options"
+    name = name or getattr(fn, "__name__", "program")
+    secs: dict[str, float] = {}
+
+    t0 = time.perf_counter()
+    t = prepare(name, fn, args, kind)
+    secs["prepare_s"] = time.perf_counter() - t0
+    rng = np.random.default_rng(seed)
+    initial = t.configs.sample(samples, rng)
+    base = t.graph(initial)  # its configs fix the model's reference set
+    t0 = time.perf_counter()
+    score_fn = m.scorer(base)
+    secs["scorer_s"] = time.perf_counter() - t0
+    say(f"{name}: {kind} space of {t.configs.size():.3g} configs over "
+        f"{len(t.configs.units)} units; searching with {evaluations} model scores")
+    res = search(t.configs, score_fn, initial, rng, evaluations, population, round_size)
+    secs["search_s"] = res.total_s
+    scoring = {"search_candidates_per_s": res.summary()["candidates_per_s"]}
+    if compare_cache:
+        probe = t.configs.encode(res.configs[:min(len(res.configs), 4 * round_size)])
+        scoring.update(scoring_rates(m, base, probe, round_size))
+
+    chosen_ids, arms = _measurement_plan(t, res, initial, k, rng)
+    say(f"measuring {len(chosen_ids)} configs ({k} model, {k} random, default)")
+    t0 = time.perf_counter()
+    results = measure(t, [res.configs[i] for i in chosen_ids], protocol, core)
+    secs["measure_s"] = time.perf_counter() - t0
+    rank = np.empty(len(res.scores), dtype=np.int64)
+    rank[res.order()] = np.arange(len(res.scores))
+    measured = [Measured(arms[j], int(rank[i]), float(res.scores[i]),
+                         t.config_json(res.configs[i]), r.status, r.error, r.median_ns,
+                         r.min_ns, r.spread)
+                for j, (i, r) in enumerate(zip(chosen_ids, results, strict=True))]
+    return summarize(t, measured, k, res, scoring, protocol, secs)
+
+
+def _measurement_plan(t: Tunable, res: SearchResult, initial: Sequence[Config], k: int,
+                      rng: np.random.Generator) -> tuple[list[int], list[list[str]]]:
+    """Indices (into res.configs) to measure, the default first, and each one's arms."""
+    index = {t.configs.key(c): i for i, c in enumerate(res.configs)}
+    default = index[t.configs.key(t.configs.default())]
+    pool = [index[t.configs.key(c)] for c in initial if t.configs.key(c) in index]
+    pool = [i for i in pool if i != default]
+    random_ids = [pool[j] for j in rng.choice(len(pool), min(k, len(pool)), replace=False)]
+    ids: list[int] = [default]
+    arms: list[list[str]] = [["default"]]
+    for arm, picks in (("model", res.top(k)), ("random", random_ids)):
+        for i in picks:
+            if i in ids:
+                arms[ids.index(i)].append(arm)
+            else:
+                ids.append(i)
+                arms.append([arm])
+    return ids, arms
+
+
+def summarize(t: Tunable, measured: list[Measured], k: int, res: SearchResult,
+              scoring: dict[str, Any], protocol: Protocol,
+              seconds: dict[str, float]) -> AutotuneResult:
+    """The figures, computed from `measured` alone (so they can be checked against it)."""
+    default = measured[0]
+    if not default.ok:
+        raise RuntimeError(f"{t.name}: the default config failed ({default.status}: "
+                           f"{default.error})")
+
+    def fastest(names: tuple[str, ...]) -> int:
+        ok = [i for i, m in enumerate(measured) if m.ok and set(m.arms) & set(names)]
+        return min(ok, key=lambda i: (measured[i].median_ns, i))
+
+    chosen = fastest(("model", "default"))
+    random_best = fastest(("random", "default"))
+    top1 = next(m for m in measured if m.model_rank == 0)  # the model's first pick
+    ok = [m for m in measured if m.ok]
+    return AutotuneResult(
+        program=t.name, kind=t.configs.kind, config=measured[chosen].config, chosen=chosen,
+        measured=measured, k=k, default_ns=default.median_ns,
+        chosen_ns=measured[chosen].median_ns, random_best_ns=measured[random_best].median_ns,
+        speedup_vs_default=default.median_ns / measured[chosen].median_ns,
+        speedup_vs_random=measured[random_best].median_ns / measured[chosen].median_ns,
+        top1_speedup=default.median_ns / top1.median_ns if top1.ok else float("nan"),
+        tau=kendall_tau(np.array([m.score for m in ok]), np.array([m.median_ns for m in ok])),
+        search=res.summary(), scoring=scoring,
+        space={"kind": t.configs.kind, "units": len(t.configs.units),
+               "size": float(t.configs.size()), "graph_nodes": int(t.hlo.node_feat.shape[0]),
+               "configurable_nodes": len(t.node_ids)},
+        protocol=asdict(protocol), seconds={k_: round(v, 3) for k_, v in seconds.items()})
+
+
+# ------------------------------------------------------------------ configs
+
+
+def save_config(config: dict[str, Any], path: str | Path) -> Path:
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(json.dumps(config, indent=1) + "\n")
+    return path
+
+
+def load_config(path: str | Path) -> dict[str, Any]:
+    config = json.loads(Path(path).read_text())
+    if config.get("format") != CONFIG_FORMAT:
+        raise ValueError(f"{path}: not a graphcost autotune config "
+                         f"(format {config.get('format')!r})")
+    return config
+
+
+def plan_of(layout: LayoutSpace, config: dict[str, Any]) -> LayoutPlan:
+    """The layout plan a config names, checked against this program's points."""
+    if config.get("arguments") is not None and config["arguments"] != _signature(layout):
+        raise ValueError("the config was made for arguments of other shapes or dtypes: "
+                         f"{config['arguments']} != {_signature(layout)}")
+    plan: LayoutPlan = {}
+    for e in config.get("layouts", []):
+        p = int(e["point"])
+        if p >= len(layout.points) or (layout.points[p].kind, layout.points[p].index) != (
+                e["kind"], int(e["index"])):
+            raise ValueError(f"the config's point {p} ({e['kind']} {e['index']}) is not in "
+                             "this program: it was made for another one")
+        plan[(p, e["role"])] = tuple(int(i) for i in e["major_to_minor"])
+    return plan
+
+
+def apply(fn: Callable, args: Sequence[Any], config: dict[str, Any] | str | Path) -> Callable:
+    """`fn` compiled with a config's layouts and compiler options: call it like `fn`.
+
+    The compiled executable is the `compiled` attribute of the returned callable;
+    arguments are placed in the layouts the executable expects on every call.
+    """
+    import jax
+
+    if not isinstance(config, dict):
+        config = load_config(config)
+    layout = LayoutSpace(fn, tuple(args))
+    plan = plan_of(layout, config)
+    exe = layout.compile(plan, config.get("compiler_options") or None)
+    formats = exe.input_formats[0]
+    out_tree = jax.tree.structure(jax.eval_shape(fn, *args))
+
+    def compiled(*call_args: Any) -> Any:
+        leaves = jax.tree.leaves(tuple(call_args))
+        placed = [jax.device_put(x, f) for x, f in zip(leaves, formats, strict=True)]
+        return jax.tree.unflatten(out_tree, exe(*placed))
+
+    compiled.compiled = exe  # type: ignore[attr-defined]
+    return compiled
+
+
+def how_to_apply(config: dict[str, Any], path: str = "CONFIG.json") -> str:
+    """Plain instructions: the graphcost helper, and the same thing by hand with JAX."""
+    lines = ["apply it:",
+             "  from graphcost.autotune import apply",
+             f"  run = apply(fn, args, {path!r})   # run(*args) is fn(*args), compiled so"]
+    params = [e for e in config["layouts"] if e["kind"] == "parameter"]
+    inner = [e for e in config["layouts"] if e["kind"] != "parameter"]
+    if params or inner or config["compiler_options"]:
+        lines.append("or by hand with JAX:")
+    for e in params:
+        lines.append(f"  argument leaf {e['index']}: in_shardings Format(Layout("
+                     f"{tuple(e['major_to_minor'])}), sharding) in jax.jit(...)")
+    for e in inner:
+        what = {"in": "lhs", "kernel": "rhs", "out": "result"}[e["role"]]
+        lines.append(f"  {e['kind']} #{e['index']} (trace order), {what}: "
+                     f"with_layout_constraint(x, Layout({tuple(e['major_to_minor'])}))")
+    if config["compiler_options"]:
+        lines.append(f"  jax.jit(fn).lower(*args).compile({config['compiler_options']!r})")
+    if not (params or inner or config["compiler_options"]):
+        lines.append("  (the default configuration: plain jax.jit(fn) is already the best "
+                     "measured)")
+    return "\n".join(lines)
+
+
+def format_result(r: AutotuneResult) -> str:
+    """The measurement table and the headline figures."""
+    s, sc = r.search, r.scoring
+    lines = [f"{r.program} ({r.kind}): {r.space['units']} units, {r.space['size']:.3g} configs; "
+             f"graph {r.space['graph_nodes']} nodes, {r.space['configurable_nodes']} configurable",
+             f"search: {s['sampled']} sampled, {s['evaluations']} scored in {s['rounds']} rounds"
+             f"{' (exhaustive)' if s['exhaustive'] else ''}; best score sampled "
+             f"{s['best_sampled_score']:.4f} -> searched {s['best_score']:.4f}"]
+    if "cached_per_s" in sc:
+        lines.append(f"scoring: {sc['cached_per_s']:.0f} candidates/s with the graph cache, "
+                     f"{sc['uncached_per_s']:.0f}/s without ({sc['speedup']}x; batches of "
+                     f"{sc['batch']}, max score difference {sc['max_abs_diff']:.2g})")
+    lines.append(f"{'#':>3} {'arms':16} {'rank':>6} {'score':>9} {'median us':>10} "
+                 f"{'min us':>9} {'spread':>7} {'vs default':>10}")
+    for i, m in enumerate(r.measured):
+        mark = "*" if i == r.chosen else " "
+        if m.ok:
+            lines.append(f"{i:>3}{mark}{'+'.join(m.arms):16} {m.model_rank:>6} {m.score:>9.4f} "
+                         f"{m.median_ns / 1e3:>10.1f} {m.min_ns / 1e3:>9.1f} {m.spread:>7.3f} "
+                         f"{r.default_ns / m.median_ns:>9.3f}x")
+        else:
+            lines.append(f"{i:>3}{mark}{'+'.join(m.arms):16} {m.model_rank:>6} {m.score:>9.4f} "
+                         f"FAILED {m.status}: {m.error[:60]}")
+    lines.append(f"chosen #{r.chosen}: {r.speedup_vs_default:.3f}x vs default, "
+                 f"{r.speedup_vs_random:.3f}x vs best of {r.k} random (+default), "
+                 f"model top-1 {r.top1_speedup:.3f}x vs default; Kendall tau on "
+                 f"{sum(m.ok for m in r.measured)} measured: {r.tau:.3f}")
+    return "\n".join(lines)

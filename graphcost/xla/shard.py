@@ -1,0 +1,261 @@
+"""Sharded collection: N machines measure disjoint parts of one program set, then merge.
+
+`graphcost collect OUT_I --shard I/N …` (the same options on every machine, I = 0..N−1)
+plans the whole collection exactly as an unsharded run would (same programs, same family
+splits), then measures only the graphs of shard I. A graph's shard comes from a stable
+hash of its identity (kind, source, program): the graphs are ordered by that hash and
+dealt round-robin, so the N shards differ in size by at most one, mix kinds and families,
+and depend only on the planned set, never on the machine. `OUT_I/shard.json` records the
+whole plan and every graph's shard.
+
+`graphcost merge OUT OUT_0 … OUT_{N−1}` then checks that the shards come from one plan,
+that every planned graph was written (or logged as failed) by its shard and that no graph
+was written twice, and only then copies the graphs into one collection with one
+`log.jsonl`, `noise.json` and per-collection `manifest.json` (listing each shard's
+machine). Each graph is timed whole on one machine, so its configs stay comparable.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import shutil
+from collections.abc import Sequence
+from dataclasses import asdict, dataclass
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from graphcost.atomic import atomic_open
+from graphcost.xla.collect import (
+    CollectSpec,
+    Task,
+    _spec_dict,
+    collection_dir,
+    collection_name,
+    read_log,
+    write_manifest,
+)
+
+FORMAT = "graphcost-shard/1"
+PLAN_FILE = "shard.json"
+# spec fields that may differ between the machines of one collection
+LOCAL_FIELDS = ("out", "workers", "limit", "retry_failed", "shard")
+
+
+def parse_shard(text: str) -> tuple[int, int]:
+    """'I/N' → (I, N) with 0 ≤ I < N."""
+    index, sep, count = str(text).partition("/")
+    try:
+        i, n = int(index), int(count)
+    except ValueError:
+        i = n = -1
+    if not sep or n < 1 or not 0 <= i < n:
+        raise ValueError(f"--shard takes I/N with 0 <= I < N (e.g. 0/4), got {text!r}")
+    return i, n
+
+
+def _key(task: Task) -> str:
+    """A graph's identity; its split follows from the plan and is left out."""
+    return hashlib.sha1(f"{task.kind}|{task.source}|{task.program}".encode()).hexdigest()
+
+
+def assign_shards(tasks: Sequence[Task], count: int) -> dict[Task, int]:
+    """Each task's shard in 0..count−1: ordered by a stable hash, then dealt round-robin."""
+    ranked = sorted(tasks, key=lambda t: (_key(t), t.kind, t.source, t.program))
+    return {t: i % count for i, t in enumerate(ranked)}
+
+
+def shard_tasks(tasks: Sequence[Task], index: int, count: int) -> list[Task]:
+    """The tasks of shard `index` of `count`, in plan order."""
+    owner = assign_shards(tasks, count)
+    return [t for t in tasks if owner[t] == index]
+
+
+def _plan_spec(spec: CollectSpec | dict[str, Any]) -> dict[str, Any]:
+    """The spec fields every shard must share (what is measured, and how)."""
+    d = _spec_dict(spec) if isinstance(spec, CollectSpec) else dict(spec)
+    return json.loads(json.dumps({k: v for k, v in d.items() if k not in LOCAL_FIELDS}))
+
+
+def take_shard(spec: CollectSpec, tasks: list[Task]) -> list[Task]:
+    """This machine's part of the full plan `tasks`; records the plan in OUT/shard.json.
+
+    Refuses an OUT that already holds a shard of another plan, so two runs cannot mix.
+    """
+    index, count = parse_shard(spec.shard)
+    owner = assign_shards(tasks, count)
+    plan = {"format": FORMAT, "shard": spec.shard, "index": index, "count": count,
+            "spec": _plan_spec(spec),
+            "plan": [{"task": asdict(t), "shard": owner[t]} for t in tasks]}
+    path = Path(spec.out) / PLAN_FILE
+    if path.exists():
+        old = json.loads(path.read_text())
+        if (old.get("index"), old.get("count"), old.get("plan")) != (index, count, plan["plan"]):
+            raise ValueError(f"{spec.out} holds shard {old.get('shard')} of another plan; "
+                             "measure this shard into a fresh folder")
+    with atomic_open(path, "w") as f:
+        json.dump(plan, f, indent=1)
+    return [t for t in tasks if owner[t] == index]
+
+
+# ---------------------------------------------------------------- merge
+
+
+class MergeError(ValueError):
+    """Shards that do not add up to one collection; lists every offending graph."""
+
+    def __init__(self, problems: dict[str, list[str]]):
+        self.problems = problems
+        lines = []
+        for what, items in problems.items():
+            if items:
+                lines.append(f"{len(items)} {what}:")
+                lines += [f"  {x}" for x in items]
+        super().__init__("\n".join(lines))
+
+    @property
+    def missing(self) -> list[str]:
+        return self.problems.get("graphs missing", [])
+
+    @property
+    def duplicated(self) -> list[str]:
+        return self.problems.get("graphs written by more than one shard", [])
+
+
+@dataclass
+class MergeResult:
+    graphs: int  # graphs in the merged collection
+    failed: int  # planned graphs that their shard logged as failed
+    shards: list[str]
+    manifests: dict[str, dict[str, Any]]
+
+
+def _relative(task: Task) -> str:
+    return task.path("").as_posix()
+
+
+def _read_plan(folder: Path) -> dict[str, Any]:
+    path = folder / PLAN_FILE
+    if not path.exists():
+        raise MergeError({"folders that are not shards (no shard.json; collect with --shard)":
+                          [str(folder)]})
+    plan = json.loads(path.read_text())
+    if plan.get("format") != FORMAT:
+        raise MergeError({"folders with an unknown shard format": [str(folder)]})
+    return plan
+
+
+def check_shards(folders: Sequence[str | Path]) -> tuple[list[dict[str, Any]], list[Task]]:
+    """The shards' plans and the full task list; MergeError unless they add up exactly:
+    one plan, every planned graph written or logged as failed by its own shard, none
+    written twice, none outside the plan."""
+    folders = [Path(f) for f in folders]
+    if not folders:
+        raise ValueError("no shard folders given")
+    plans = [_read_plan(f) for f in folders]
+    first = plans[0]
+    other = [str(f) for f, p in zip(folders, plans, strict=True)
+             if (p["count"], p["spec"], p["plan"]) != (first["count"], first["spec"],
+                                                       first["plan"])]
+    if other:
+        raise MergeError({f"shards of another plan than {folders[0]} (different options, "
+                          "programs or shard count)": other})
+    tasks = [Task(**e["task"]) for e in first["plan"]]
+    owner = {_relative(t): e["shard"] for t, e in zip(tasks, first["plan"], strict=True)}
+    given = sorted(p["index"] for p in plans)
+
+    written: dict[str, list[str]] = {}
+    failed: set[str] = set()
+    for folder, plan in zip(folders, plans, strict=True):
+        for f in sorted((folder / "npz").rglob("*.npz")):
+            written.setdefault(f.relative_to(folder).as_posix(), []).append(
+                f"{folder} (shard {plan['shard']})")
+        for e in read_log(folder).values():
+            rel = _relative(Task(**e["task"]))
+            if e["status"] in ("failed", "crashed") and owner.get(rel) == plan["index"]:
+                failed.add(rel)
+    missing = [f"{rel} (shard {owner[rel]}/{first['count']}"
+               + ("" if owner[rel] in given else ", whose folder was not given") + ")"
+               for rel in owner if rel not in written and rel not in failed]
+    problems = {
+        "graphs missing": missing,
+        "graphs written by more than one shard": [f"{rel}: {', '.join(where)}"
+                                                  for rel, where in sorted(written.items())
+                                                  if len(where) > 1],
+        "graphs outside the plan": sorted(rel for rel in written if rel not in owner),
+    }
+    if any(problems.values()):
+        raise MergeError(problems)
+    return plans, tasks
+
+
+def _merge_noise(folders: Sequence[Path], out: Path) -> dict[str, Any] | None:
+    graphs: list[dict[str, Any]] = []
+    for folder in folders:
+        path, logged = folder / "noise.json", read_log(folder)
+        if path.exists():
+            for g in json.loads(path.read_text())["graphs"]:
+                task = Task(**logged[g["path"]]["task"])  # paths were logged as spelled
+                graphs.append(dict(g, path=str(task.path(out))))
+    if not graphs:
+        return None
+    kinds = sorted({g["kind"] for g in graphs})
+    noise = {"graphs": graphs,
+             "mean_tau_by_kind": {k: float(np.nanmean([g["tau"] for g in graphs
+                                                       if g["kind"] == k])) for k in kinds},
+             "mean_tau": float(np.nanmean([g["tau"] for g in graphs]))}
+    (out / "noise.json").write_text(json.dumps(noise, indent=1))
+    return noise
+
+
+def merge(out: str | Path, folders: Sequence[str | Path], command: str | None = None
+          ) -> MergeResult:
+    """Combine shard folders into the collection OUT (a new folder), after `check_shards`.
+
+    OUT is then what one unsharded `collect` would have written: the graphs, one
+    `log.jsonl` (each line tagged with its shard, paths under OUT), `noise.json`, and a
+    `manifest.json` per collection whose `shards` lists each shard's machine and command.
+    """
+    out, folders = Path(out), [Path(f) for f in folders]
+    plans, tasks = check_shards(folders)
+    if (out / "log.jsonl").exists() or (out / "npz").exists():
+        raise ValueError(f"{out} already holds a collection; merge into a new folder")
+    out.mkdir(parents=True, exist_ok=True)
+    count = 0
+    with atomic_open(out / "log.jsonl", "w") as log:
+        for folder, plan in sorted(zip(folders, plans, strict=True), key=lambda x: x[1]["index"]):
+            for f in sorted((folder / "npz").rglob("*.npz")):
+                dest = out / f.relative_to(folder)
+                dest.parent.mkdir(parents=True, exist_ok=True)
+                shutil.copy2(f, dest)
+                count += 1
+            path = folder / "log.jsonl"
+            for line in (path.read_text().splitlines() if path.exists() else []):
+                try:
+                    e = json.loads(line)
+                except json.JSONDecodeError:  # a line cut off by a kill
+                    continue
+                e.update(path=str(Task(**e["task"]).path(out)), shard=plan["shard"])
+                log.write(json.dumps(e) + "\n")
+    noise = _merge_noise(folders, out)
+    spec = CollectSpec(**{**plans[0]["spec"], "out": str(out)})
+    manifests = write_manifest(spec, tasks, noise, command)
+    for kind in spec.kinds:  # the machines that measured, not the one that merged
+        shards = []
+        for folder, plan in zip(folders, plans, strict=True):
+            path = collection_dir(folder, kind) / "manifest.json"
+            m = json.loads(path.read_text()) if path.exists() else {}
+            shards.append({"shard": plan["shard"], "folder": str(folder),
+                           **{k: m.get(k) for k in ("command", "machine", "jax", "jaxlib",
+                                                     "splits", "samples_per_minute_per_core")}})
+        m = manifests[collection_name(kind)]
+        m["shards"] = sorted(shards, key=lambda s: s["shard"])
+        measured = [s["machine"] or {} for s in shards]
+        m["machine"] = {"merged_on": m["machine"]["node"],
+                        "nodes": sorted({str(x.get("node")) for x in measured}),
+                        "cpus": sorted({str(x.get("cpu")) for x in measured})}
+        (collection_dir(out, kind) / "manifest.json").write_text(json.dumps(m, indent=1))
+    failed = sum(1 for e in read_log(out).values() if e["status"] != "ok")
+    return MergeResult(count, failed, [p["shard"] for p in plans], manifests)

@@ -1,0 +1,189 @@
+"""Autotuning: the scorer cache, the search, and one real program tuned end to end.
+
+The end-to-end model is a tiny ranker trained on two zoo MLPs measured here (6 layout
+configs each, 3 timed runs): real measurements in the program's own config encoding,
+far too few to make the model good. The tests check that the report is consistent
+with its measurements, not that the model finds speed-ups.
+"""
+
+import json
+import math
+
+import numpy as np
+import pytest
+import torch
+from click.testing import CliRunner
+
+from graphcost.autotune.search import search
+from graphcost.autotune.space import OptionConfigs
+from graphcost.data.features import FeatureTransform
+from graphcost.data.synthetic import make_layout_graph, make_tile_graph
+from graphcost.eval.metrics import kendall_tau
+from graphcost.models import Model
+from graphcost.xla.configs import OPTION_KNOBS
+
+torch.set_num_threads(1)
+
+# ------------------------------------------------------------------ scorer cache
+
+
+@pytest.mark.parametrize("name,kind", [("ranker", "layout"), ("ranker", "tile"),
+                                       ("resgcn", "layout"), ("sage-late", "tile")])
+def test_scorer_matches_predict_with_and_without_cache(name, kind):
+    rng = np.random.default_rng(0)
+    g = (make_layout_graph(rng, num_nodes=60, num_configs=40, name="l") if kind == "layout"
+         else make_tile_graph(rng, num_nodes=20, num_configs=30, name="t"))
+    torch.manual_seed(0)
+    m = Model(name, kind, **({"ref_configs": 8} if name == "ranker" else {}))
+    m.build(FeatureTransform.fit([g]))
+    m.net.train()  # the scorer must not depend on the mode the net was left in
+    ids = np.array([5, 0, 17, 3, 29, 11])
+    raw = g.configs(ids) if kind == "layout" else g.config_feat[ids]
+    want = m.predict(g, ids)
+    cached = m.scorer(g, chunk_size=4)
+    np.testing.assert_allclose(cached(raw), want, rtol=1e-5, atol=1e-6)
+    np.testing.assert_allclose(m.scorer(g, cache=False)(raw), want, rtol=1e-5, atol=1e-6)
+    # a config's score does not depend on the others scored with it
+    np.testing.assert_allclose(cached(raw[2:3]), want[2:3], rtol=1e-5, atol=1e-6)
+    assert m.net.training
+    assert cached(raw[:0]).shape == (0,)
+
+
+# ------------------------------------------------------------------ search
+
+
+def _linear_score(space: OptionConfigs, seed: int):
+    w = np.random.default_rng(seed).standard_normal(24)
+
+    def score(feats: np.ndarray) -> np.ndarray:
+        return feats @ w
+
+    score.w = w
+    return score
+
+
+@pytest.mark.parametrize("seed", [0, 1, 2, 3])
+def test_search_is_never_worse_than_the_best_sampled(seed):
+    space = OptionConfigs()
+    rng = np.random.default_rng(seed)
+    score = _linear_score(space, seed)
+    initial = space.sample(64, rng)
+    res = search(space, score, initial, rng, evaluations=600, population=8, round_size=64)
+    assert res.sampled == len(initial) and not res.exhaustive
+    assert len(res.configs) <= 600
+    assert len({space.key(c) for c in res.configs}) == len(res.configs)  # each scored once
+    assert res.best_score <= res.best_sampled_score
+    np.testing.assert_allclose(res.scores, score(space.encode(res.configs)))
+    assert res.configs[0] == space.default()
+    # on a separable objective one-knob moves reach the optimum of all 24576 configs
+    # (for seed 1 the default is already optimal, so there is nothing to improve)
+    assert res.best_score == pytest.approx(min(space.encode(space.enumerate()) @ score.w))
+    assert seed == 1 or res.best_score < res.best_sampled_score
+
+
+def test_search_small_space_is_exhaustive():
+    space = OptionConfigs(OPTION_KNOBS[:4])  # 2 * 2 * 2 * 4 = 32 configs
+    w = np.random.default_rng(3).standard_normal(24)
+    res = search(space, lambda f: f @ w, space.sample(8, np.random.default_rng(0)),
+                 np.random.default_rng(0), evaluations=100)
+    assert res.exhaustive and len(res.configs) == space.size() == 32
+    assert res.best_score == pytest.approx(min(space.encode(space.enumerate()) @ w))
+
+
+# ------------------------------------------------------------------ end to end
+
+
+@pytest.fixture(scope="module")
+def tiny_model():
+    """A tiny layout ranker trained on two MLPs measured now (few configs and runs)."""
+    pytest.importorskip("jax")
+    from graphcost.train.trainer import TrainSettings
+    from graphcost.xla.measure import Protocol, measure_layout
+    from graphcost.xla.programs import make_program
+
+    graphs = []
+    for i in range(2):
+        name, fn, args = make_program("mlp", i)
+        g, _ = measure_layout(name, fn, args, "random", 6, 0, Protocol(warmup=1, runs=3))
+        graphs.append(g)
+    torch.manual_seed(0)
+    m = Model("ranker", "layout", hidden=16, opcode_dim=8, layers=1, ref_configs=8)
+    return m.fit(graphs, settings=TrainSettings(epochs=2, configs_per_graph=6, progress=False))
+
+
+def test_autotune_end_to_end_report_is_consistent(tiny_model, tmp_path):
+    import jax
+
+    import graphcost
+    from graphcost.autotune import apply, load_config, save_config
+    from graphcost.xla.measure import Protocol, outputs_agree
+    from graphcost.xla.programs import make_program
+
+    name, fn, args = make_program("mlp", 5)
+    k = 3
+    r = graphcost.autotune(fn, args, model=tiny_model, name=name, k=k, samples=64,
+                           evaluations=256, round_size=64, protocol=Protocol(warmup=1, runs=5),
+                           seed=0)
+    m = r.measured
+    assert m[0].arms[0] == "default" and m[0].config["layouts"] == []
+    assert len(r.arm("model")) == k and len(r.arm("random")) == k
+    assert len({json.dumps(x.config, sort_keys=True) for x in m}) == len(m)  # timed once each
+    ok = [x for x in m if x.ok]
+    # the figures are ratios of the reported runtimes
+    assert r.default_ns == m[0].median_ns and r.chosen_ns == m[r.chosen].median_ns
+    assert r.speedup_vs_default == pytest.approx(r.default_ns / r.chosen_ns)
+    assert r.speedup_vs_random == pytest.approx(r.random_best_ns / r.chosen_ns)
+    # chosen: the fastest measured of the model's top K and the default
+    model_or_default = [x.median_ns for x in ok if {"model", "default"} & set(x.arms)]
+    assert r.chosen_ns == min(model_or_default)
+    assert r.random_best_ns == min(x.median_ns for x in ok if {"random", "default"} & set(x.arms))
+    assert r.config == m[r.chosen].config
+    top1 = next(x for x in m if x.model_rank == 0)
+    assert "model" in top1.arms
+    assert math.isnan(r.top1_speedup) or r.top1_speedup == pytest.approx(
+        r.default_ns / top1.median_ns)
+    assert sorted(x.model_rank for x in r.arm("model")) == list(range(k))
+    # τ recomputes from the measured list
+    tau = kendall_tau(np.array([x.score for x in ok]), np.array([x.median_ns for x in ok]))
+    assert (math.isnan(tau) and math.isnan(r.tau)) or r.tau == pytest.approx(tau)
+    # the search never returned anything worse than its best sample
+    assert r.search["best_score"] <= r.search["best_sampled_score"]
+    assert r.scoring["max_abs_diff"] < 1e-5 and r.scoring["cached_per_s"] > 0
+    json.dumps(r.to_dict(), default=float)
+
+    # the chosen config round-trips through JSON and applies; so does a non-default one
+    path = save_config(r.config, tmp_path / "config.json")
+    assert load_config(path) == r.config
+    want = jax.tree.leaves(jax.jit(fn)(*args))
+    for config in (load_config(path), top1.config):
+        run = apply(fn, args, config)
+        assert outputs_agree(jax.tree.leaves(run(*args)), want)
+    assert top1.config["layouts"], "the model's first pick sets some layout"
+
+
+def test_cli_autotune_apply_and_bench(tiny_model, tmp_path):
+    from graphcost.cli import main
+
+    model_path = tiny_model.save(tmp_path / "model.pt")
+    cfg = tmp_path / "cfg.json"
+    small = ["--no-pin", "--k", "2", "--samples", "32", "--evaluations", "64", "--runs", "3",
+             "--warmup", "1"]
+    res = CliRunner().invoke(main, ["autotune", "mlp.006", "--model", str(model_path),
+                                    "--out", str(cfg), "--report", str(tmp_path / "r.json"),
+                                    *small])
+    assert res.exit_code == 0, res.output
+    assert "vs default" in res.output and "apply(fn, args" in res.output
+    report = json.loads((tmp_path / "r.json").read_text())
+    assert json.loads(cfg.read_text()) == report["config"]
+    res = CliRunner().invoke(main, ["apply", str(cfg), "mlp.006"])
+    assert res.exit_code == 0, res.output
+    assert "outputs match" in res.output
+    res = CliRunner().invoke(main, ["bench", "autotune", "--model", str(model_path),
+                                    "--programs", "mlp.007", "--json",
+                                    str(tmp_path / "b.json"), *small])
+    assert res.exit_code == 0, res.output
+    bench = json.loads((tmp_path / "b.json").read_text())
+    assert bench["summary"]["programs"] == 1 and bench["rows"][0]["cached_per_s"] > 0
+    bad = CliRunner().invoke(main, ["autotune", "nosuchfamily.000", "--model", str(model_path),
+                                    "--no-pin"])
+    assert bad.exit_code != 0 and "zoo program" in bad.output

@@ -1,0 +1,171 @@
+import numpy as np
+import pytest
+import torch
+from click.testing import CliRunner
+
+from graphcost.cli import main
+from graphcost.data.features import FeatureTransform
+from graphcost.data.synthetic import make_layout_graph, write_collection
+from graphcost.eval.metrics import kendall_tau
+from graphcost.models import Model
+from graphcost.models.base import collate
+from graphcost.models.segments import segment_bounds, split_segments
+from graphcost.train.gst import (
+    EmbeddingTable,
+    MemoryBudgetError,
+    memory_budget_bytes,
+    stale_sum,
+)
+from graphcost.train.trainer import TrainSettings, train
+
+torch.set_num_threads(1)
+
+
+def layout_split(seed: int, count: int, prefix: str, nodes: int = 160):
+    rng = np.random.default_rng(seed)
+    return [make_layout_graph(rng, num_nodes=nodes, num_configs=40, name=f"{prefix}{i}")
+            for i in range(count)]
+
+
+def gst_settings(**kw) -> TrainSettings:
+    base = dict(mode="gst", segment_size=40, epochs=2, steps_per_epoch=3, graphs_per_batch=2,
+                configs_per_graph=8, head_finetune_epochs=1, progress=False, seed=3)
+    return TrainSettings(**{**base, **kw})
+
+
+# ---------------------------------------------------------------- segments
+
+
+def test_segments_cover_the_graph_and_cut_at_nearby_computation_starts():
+    b = segment_bounds(1000, np.array([0, 230, 480, 990]), 250)
+    assert b[0] == 0 and b[-1] == 1000 and np.all(np.diff(b) > 0)
+    assert 230 in b and 480 in b  # cuts at 250 and 500 moved to the computation starts
+    assert list(segment_bounds(100, np.array([0]), 250)) == [0, 100]
+
+
+def test_segment_embeddings_sum_to_the_whole_graph_embedding():
+    """With no message passing (layers=0) cutting edges changes nothing, so the sum of
+    share-weighted segment embeddings must equal the whole graph's, mean and sum parts."""
+    g = layout_split(0, 1, "g", nodes=200)[0]
+    torch.manual_seed(0)
+    m = Model("resgcn", "layout", layers=0).build(FeatureTransform.fit([g]))
+    gt = m.prepare(g)
+    segs = split_segments(gt, 50)
+    assert len(segs) == 4 and sum(p.x.shape[0] for p in segs.parts) == 200
+    assert sum(p.config_nodes.numel() for p in segs.parts) == g.node_config_ids.size
+    ids = np.array([0, 3, 7])
+    with torch.no_grad():
+        whole = m.net.encode_segment(collate([(gt, ids)]))
+        parts = segs.encode(m.net, ids)
+    torch.testing.assert_close(parts, whole, atol=1e-4, rtol=1e-5)
+
+
+# ---------------------------------------------------------------- embedding table
+
+
+def test_table_tracks_staleness_is_memory_mapped_and_survives_reopening(tmp_path):
+    t = EmbeddingTable(tmp_path, [(5, 3), (4, 2)], dim=6)
+    assert isinstance(t.emb, np.memmap) and isinstance(t.written, np.memmap)
+    assert (tmp_path / "embeddings.npy").stat().st_size >= (5 * 3 + 4 * 2) * 6 * 4
+    emb, written = t.read(0, np.array([1, 4]))
+    assert emb.shape == (2, 3, 6) and (written == -1).all()
+    t.write(0, np.array([1, 4]), 2, np.ones((2, 6)), epoch=1)
+    t.write(1, np.array([0]), 0, np.full((1, 6), 5.0), epoch=3)
+    age = t.age(0, np.array([1, 4, 0]), epoch=4)
+    assert age[:2, 2].tolist() == [3, 3] and age[2].tolist() == [-1, -1, -1]
+    assert (t.read(1, np.array([0]))[0][0, 0] == 5.0).all()  # graphs do not overlap
+    t.close()
+
+    again = EmbeddingTable(tmp_path, [(5, 3), (4, 2)], dim=6, resume=True)
+    assert (again.read(0, np.array([4]))[0][0, 2] == 1.0).all()
+    assert again.forget_after(2) == 1  # the epoch-3 entry came after the checkpoint
+    assert again.read(1, np.array([0]))[1][0, 0] == -1
+    again.close()
+    fresh = EmbeddingTable(tmp_path, [(5, 3)], dim=6, resume=True)  # other shapes: new table
+    assert (fresh.read(0, np.array([4]))[1] == -1).all()
+
+
+def test_stale_dropout_keeps_the_sum_unbiased():
+    rng = np.random.default_rng(0)
+    stale = torch.from_numpy(rng.normal(1.0, 1.0, size=(4, 6, 3)).astype(np.float32))
+    target = stale.sum(1) - stale[:, 2]  # every segment but the fresh one
+    draws = torch.stack([stale_sum(stale, 2, 0.5, rng) for _ in range(4000)])
+    mean, spread = draws.mean(0), draws.std(0)
+    assert (spread > 0.3).all()  # entries really are dropped
+    se = spread / np.sqrt(len(draws))
+    assert ((mean - target).abs() < 5 * se).all()  # unbiased (5 standard errors)
+    # without the 1/(1 − p) re-weighting the same draws would be far off
+    assert ((mean * 0.5 - target).abs() > 5 * se).any()
+    torch.testing.assert_close(stale_sum(stale, 2, 0.0, rng), target)
+
+
+# ---------------------------------------------------------------- training
+
+
+def test_gst_training_learns_and_the_head_phase_trains_only_the_head():
+    train_graphs, valid, test = (layout_split(0, 10, "tr"), layout_split(1, 2, "va"),
+                                 layout_split(2, 6, "te"))
+    s = gst_settings(epochs=6, steps_per_epoch=10, configs_per_graph=16, graphs_per_batch=4,
+                     head_finetune_epochs=2, patience=100)
+    model = Model("ranker", "layout")
+    result = train(model, train_graphs, valid, s)
+    assert model.settings.segment_size == 40  # prediction sums segments as training did
+    assert [h["phase"] for h in result["history"]] == ["gst"] * 6 + ["head"] * 2
+    assert result["before_head"] is not None
+    tau = np.mean([kendall_tau(model.predict(g), g.target) for g in test])
+    print(f"GST held-out tau {tau:.3f}, before head fine-tuning "
+          f"{result['before_head']['valid_tau']:.3f}")
+    assert tau > 0.3
+
+
+def test_resume_restores_the_table_and_matches_an_uninterrupted_run(tmp_path):
+    train_graphs, valid = layout_split(0, 4, "tr"), layout_split(1, 1, "va")
+    s = gst_settings(epochs=2, head_finetune_epochs=1)
+    whole = train(Model("ranker", "layout", hidden=16), train_graphs, valid, s, tmp_path / "w")
+    killed = train(Model("ranker", "layout", hidden=16), train_graphs, valid,
+                   gst_settings(epochs=2, head_finetune_epochs=1, stop_after_epoch=2),
+                   tmp_path / "k")
+    assert killed["stopped"]
+    ckpt = torch.load(tmp_path / "k" / "last.pt", weights_only=False)
+    after_main = ckpt["best_state"]["state_dict"]  # the head phase starts from the best weights
+    resumed_model = Model("ranker", "layout", hidden=16)
+    resumed = train(resumed_model, train_graphs, valid, s, tmp_path / "k", resume=True)
+    for a, b in zip(whole["history"], resumed["history"], strict=True):
+        assert a["phase"] == b["phase"]
+        assert abs(a["train_loss"] - b["train_loss"]) < 1e-6
+    for name in ("embeddings.npy", "written.npy"):
+        np.testing.assert_array_equal(np.load(tmp_path / "w" / "gst_table" / name),
+                                      np.load(tmp_path / "k" / "gst_table" / name))
+    # the head phase changed the head and nothing else
+    final = torch.load(tmp_path / "k" / "last.pt", weights_only=False)["model"]["state_dict"]
+    head = {n for n in final if n.startswith(("attn.", "head."))}
+    assert head
+    for n in set(final) - head:
+        torch.testing.assert_close(final[n], after_main[n], msg=f"{n} changed in the head phase")
+    assert any(not torch.equal(final[n], after_main[n]) for n in head)
+
+
+def test_memory_budget_refuses_full_graph_training_and_suggests_gst():
+    graphs = layout_split(0, 2, "tr")
+    s = TrainSettings(epochs=1, steps_per_epoch=1, progress=False, memory_budget="1M")
+    with pytest.raises(MemoryBudgetError, match=r"mode=gst.*prune"):
+        train(Model("ranker", "layout", prune_hops=-1), graphs, None, s)
+    assert memory_budget_bytes("8G") == 8 << 30 and memory_budget_bytes("off") is None
+    assert 0 < memory_budget_bytes("50%") < memory_budget_bytes("100%")
+    # GST is not refused: its memory is one segment's
+    train(Model("ranker", "layout", prune_hops=-1), graphs, None,
+          gst_settings(epochs=1, steps_per_epoch=1, head_finetune_epochs=0, memory_budget="1M"))
+
+
+def test_cli_trains_with_gst(tmp_path):
+    write_collection(tmp_path / "data", splits={"train": 3, "valid": 1}, num_nodes=120,
+                     num_configs=20)
+    coll = tmp_path / "data" / "npz" / "layout" / "synth" / "random"
+    r = CliRunner().invoke(main, ["train", str(coll), "--model", "resgcn", "--out",
+                                  str(tmp_path / "run"), "--epochs", "1", "--set", "mode='gst'",
+                                  "--set", "segment_size=40", "--set", "head_finetune_epochs=1",
+                                  "--set", "progress=False", "--set", "hidden=16"])
+    assert r.exit_code == 0, r.output
+    loaded = Model.load(tmp_path / "run" / "model.pt")
+    assert loaded.settings.segment_size == 40
+    assert (tmp_path / "run" / "gst_table" / "embeddings.npy").exists()
