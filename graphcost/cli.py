@@ -194,7 +194,13 @@ def train_cmd(data: str, model_name: str, out_dir: str, resume: bool, device: st
     train_kw.update(device=device, seed=seed)
     if epochs is not None:
         train_kw["epochs"] = epochs
-    _, result = train_model(data, model_name, out_dir, TrainSettings(**train_kw), model_kw, resume)
+    from graphcost.train.gst import MemoryBudgetError
+
+    try:
+        _, result = train_model(data, model_name, out_dir, TrainSettings(**train_kw), model_kw,
+                                resume)
+    except MemoryBudgetError as e:  # said before training starts, with what to do instead
+        raise click.ClickException(str(e)) from None
     if is_main_process():  # under torchrun: one summary, from rank 0
         click.echo(f"{result['collection']}: best epoch {result['best_epoch']} "
                    f"(score {result['best_score']:.4f}); model in {out_dir}")

@@ -169,3 +169,14 @@ def test_cli_trains_with_gst(tmp_path):
     loaded = Model.load(tmp_path / "run" / "model.pt")
     assert loaded.settings.segment_size == 40
     assert (tmp_path / "run" / "gst_table" / "embeddings.npy").exists()
+
+
+def test_cli_refuses_over_budget_training_with_a_clear_message(tmp_path):
+    write_collection(tmp_path / "data", splits={"train": 2}, num_nodes=120, num_configs=20)
+    coll = tmp_path / "data" / "npz" / "layout" / "synth" / "random"
+    r = CliRunner().invoke(main, ["train", str(coll), "--out", str(tmp_path / "run"),
+                                  "--set", "memory_budget='1M'", "--set", "progress=False"])
+    assert r.exit_code == 1
+    assert "Error:" in r.output and "mode=gst" in r.output
+    assert "Traceback" not in r.output
+    assert not (tmp_path / "run" / "last.pt").exists()
