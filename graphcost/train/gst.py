@@ -28,7 +28,6 @@ import dataclasses
 import json
 import math
 import os
-import random
 import shutil
 import tempfile
 import time
@@ -42,7 +41,6 @@ from torch import Tensor
 from tqdm import tqdm
 
 from graphcost.data.dedup import dedup_configs
-from graphcost.data.features import FeatureTransform
 from graphcost.formats import Graph
 from graphcost.models.base import GraphTensors, collate
 from graphcost.models.losses import RankingLoss
@@ -52,8 +50,10 @@ from graphcost.train.trainer import (
     TrainSettings,
     _rng_state,
     _set_rng_state,
+    build_or_restore,
     lr_factor,
     sample_configs,
+    seed_everything,
     validate,
     validation_ids,
 )
@@ -288,15 +288,9 @@ def train_gst(model: Model, train_graphs: Sequence[Graph],
     last = out / "last.pt"
     resuming = resume and last.exists()
 
-    random.seed(s.seed)
-    np_rng = np.random.default_rng(s.seed)
-    torch.manual_seed(s.seed)
+    np_rng = seed_everything(s.seed)
     ckpt = torch.load(last, map_location="cpu", weights_only=False) if resuming else None
-    if ckpt is not None:
-        model.build(FeatureTransform.from_dict(ckpt["model"]["transform"]))
-        model.net.load_state_dict(ckpt["model"]["state_dict"])
-    else:
-        model.build(FeatureTransform.fit(train_graphs))
+    build_or_restore(model, train_graphs, ckpt)
     net = model.net
     net.to(device)
 

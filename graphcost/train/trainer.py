@@ -113,6 +113,23 @@ def validate(model: Model, items: Sequence[tuple[GraphTensors, np.ndarray]],
     return {"valid_tau": mean(taus), "valid_opa": mean(opas), "valid_score": mean(scores)}
 
 
+def seed_everything(seed: int) -> np.random.Generator:
+    """Seed python, torch and a fresh numpy generator: a run is a function of its seed."""
+    random.seed(seed)
+    torch.manual_seed(seed)
+    return np.random.default_rng(seed)
+
+
+def build_or_restore(model: Model, train_graphs: Sequence[Graph], ckpt: dict | None) -> None:
+    """Build the network with a feature transform fitted on the train graphs, or with the
+    transform and weights of a checkpoint being resumed."""
+    if ckpt is not None:
+        model.build(FeatureTransform.from_dict(ckpt["model"]["transform"]))
+        model.net.load_state_dict(ckpt["model"]["state_dict"])
+    else:
+        model.build(FeatureTransform.fit(train_graphs))
+
+
 def _rng_state(rng: np.random.Generator) -> dict:
     return {"python": random.getstate(), "numpy": rng.bit_generator.state,
             "torch": torch.get_rng_state(),
@@ -153,16 +170,10 @@ def train(model: Model, train_graphs: Sequence[Graph], valid_graphs: Sequence[Gr
     if not train_graphs:
         raise ValueError("no train graphs")
 
-    random.seed(s.seed)
-    np_rng = np.random.default_rng(s.seed)
-    torch.manual_seed(s.seed)
+    np_rng = seed_everything(s.seed)
     ckpt = torch.load(last, map_location="cpu", weights_only=False) if resuming else None
     ckpt = ctx.broadcast(ckpt)  # rank 0's last.pt restores every rank
-    if ckpt is not None:
-        model.build(FeatureTransform.from_dict(ckpt["model"]["transform"]))
-        model.net.load_state_dict(ckpt["model"]["state_dict"])
-    else:
-        model.build(FeatureTransform.fit(train_graphs))
+    build_or_restore(model, train_graphs, ckpt)
     net = model.net
     net.to(device)
     ddp = ctx.wrap(net)  # DDP when world size > 1, else `net` itself
