@@ -17,8 +17,9 @@ import zipfile
 import zlib
 from collections.abc import Iterator
 from contextlib import contextmanager
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
+from typing import ClassVar
 
 import numpy as np
 
@@ -36,21 +37,27 @@ LAYOUT_KEYS = ("node_feat", "node_opcode", "edge_index", "node_config_ids",
 
 
 @dataclass
-class TileGraph:
-    """One fused kernel with graph-level tile configurations."""
+class _GraphBase:
+    """What both kinds share: the program graph itself."""
 
     name: str
     node_feat: np.ndarray  # (n, 140) float32
     node_opcode: np.ndarray  # (n,) int64
     edge_index: np.ndarray  # (m, 2) int64, consumer -> producer
-    config_feat: np.ndarray  # (c, 24) float32
-    config_runtime: np.ndarray  # (c,) int64 ns
-    config_runtime_normalizers: np.ndarray  # (c,) int64 ns
-    kind: str = field(default="tile", init=False)
 
     @property
     def num_nodes(self) -> int:
         return int(self.node_feat.shape[0])
+
+
+@dataclass
+class TileGraph(_GraphBase):
+    """One fused kernel with graph-level tile configurations."""
+
+    config_feat: np.ndarray  # (c, 24) float32
+    config_runtime: np.ndarray  # (c,) int64 ns
+    config_runtime_normalizers: np.ndarray  # (c,) int64 ns
+    kind: ClassVar[str] = "tile"
 
     @property
     def num_configs(self) -> int:
@@ -63,26 +70,18 @@ class TileGraph:
 
 
 @dataclass
-class LayoutGraph:
+class LayoutGraph(_GraphBase):
     """One whole program with node-level layout configurations.
 
     `node_config_feat` may be a read-only memory map; index it with a config subset
     (`graph.node_config_feat[ids]`) to read just those rows.
     """
 
-    name: str
-    node_feat: np.ndarray  # (n, 140) float32
-    node_opcode: np.ndarray  # (n,) int64
-    edge_index: np.ndarray  # (m, 2) int64, consumer -> producer
     node_config_ids: np.ndarray  # (nc,) int64
     node_config_feat: np.ndarray  # (c, nc, 18) float32, possibly memory-mapped
     config_runtime: np.ndarray  # (c,) float64
     node_splits: np.ndarray  # (k,) int64
-    kind: str = field(default="layout", init=False)
-
-    @property
-    def num_nodes(self) -> int:
-        return int(self.node_feat.shape[0])
+    kind: ClassVar[str] = "layout"
 
     @property
     def num_configs(self) -> int:
