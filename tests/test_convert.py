@@ -1,5 +1,6 @@
 """Tuning records (.pb) -> TpuGraphs files, on the real TPU fixtures and on broken copies."""
 
+import json
 import math
 from pathlib import Path
 
@@ -201,3 +202,24 @@ def test_records_without_a_default_or_with_one_run_are_skipped_with_a_reason(tmp
     assert r.graphs == [] and r.errors == []
     assert [reason for _, reason in r.skipped] == ["record_single_run", "record_no_default"]
     assert all(reason in DROP_RULES for _, reason in r.skipped)
+
+
+@needs_fixtures
+def test_converted_fixtures_can_be_trained_on_and_scored_by_evaluate(tmp_path):
+    runner = CliRunner()
+    assert runner.invoke(main, ["convert", str(TILE_PB), str(LAYOUT_PB), str(tmp_path)]
+                         ).exit_code == 0
+    for kind, model in (("tile", "mlp"), ("layout", "ranker")):
+        run = tmp_path / f"run_{kind}"
+        trained = runner.invoke(main, ["train", str(tmp_path / kind), "--model", model,
+                                       "--out", str(run), "--epochs", "1",
+                                       "--set", "progress=False", "--set", "hidden=16"])
+        assert trained.exit_code == 0, trained.output
+        result = runner.invoke(main, ["evaluate", str(run / "model.pt"), str(tmp_path / kind),
+                                      "--split", "all", "--json", str(tmp_path / f"{kind}.json")])
+        assert result.exit_code == 0, result.output
+        assert "kendall_tau" in result.output
+        report = json.loads((tmp_path / f"{kind}.json").read_text())
+        assert len(report["graphs"]) == (15 if kind == "tile" else 1)
+        assert all(-1 <= r["kendall_tau"] <= 1 or math.isnan(r["kendall_tau"])
+                   for r in report["graphs"].values())
