@@ -8,8 +8,6 @@ raw `.npz` graph needs nothing else.
 from __future__ import annotations
 
 import dataclasses
-import os
-import tempfile
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -18,6 +16,7 @@ from typing import Any
 import numpy as np
 import torch
 
+from graphcost.atomic import atomic_open
 from graphcost.data.features import FeatureTransform
 from graphcost.data.prune import PruneCache
 from graphcost.formats import Graph
@@ -225,18 +224,10 @@ class Model:
 
 
 def atomic_save(obj: Any, path: str | Path) -> Path:
-    """torch.save to a temp file in the same folder, then os.replace: never half-written."""
-    path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(dir=path.parent, suffix=".part")
-    try:
-        with os.fdopen(fd, "wb") as f:
-            torch.save(obj, f)
-        os.replace(tmp, path)
-    except BaseException:
-        os.unlink(tmp)
-        raise
-    return path
+    """torch.save that never leaves a half-written checkpoint under `path`."""
+    with atomic_open(path) as f:
+        torch.save(obj, f)
+    return Path(path)
 
 
 def load_model(path: str | Path, device: str | torch.device = "cpu") -> Model:
