@@ -23,10 +23,8 @@ summing segment embeddings too (`segment_size` is saved in its settings).
 
 from __future__ import annotations
 
-import copy
 import dataclasses
 import json
-import math
 import os
 import shutil
 import tempfile
@@ -47,6 +45,7 @@ from graphcost.models.losses import RankingLoss
 from graphcost.models.model import Model, atomic_save
 from graphcost.models.segments import Segments, split_segments
 from graphcost.train.trainer import (
+    BestSoFar,
     TrainSettings,
     _rng_state,
     _set_rng_state,
@@ -328,13 +327,12 @@ def train_gst(model: Model, train_graphs: Sequence[Graph],
         sched = torch.optim.lr_scheduler.LambdaLR(opt, lambda step: lr_factor(step, cfg, total))
         return params, opt, sched
 
-    start_epoch, best_score, best_epoch, bad_epochs, history = 1, -math.inf, 0, 0, []
-    best_state, main_end, before_head = None, None, None
+    start_epoch, best, history = 1, BestSoFar(), []
+    main_end, before_head = None, None
     if ckpt is not None:
         main_end, before_head = ckpt["main_end"], ckpt["before_head"]
         start_epoch = ckpt["epoch"] + 1
-        best_score, best_epoch, bad_epochs = ckpt["best_score"], ckpt["best_epoch"], ckpt["bad"]
-        history, best_state = ckpt["history"], ckpt["best_state"]
+        best, history = BestSoFar.from_checkpoint(ckpt), ckpt["history"]
         _set_rng_state(np_rng, ckpt["rng"])
         table.forget_after(ckpt["epoch"])
     params, opt, sched = optimiser(main_end)
@@ -347,10 +345,9 @@ def train_gst(model: Model, train_graphs: Sequence[Graph],
     epoch = start_epoch
     try:
         while True:
-            if main_end is None and (epoch > s.epochs or bad_epochs >= s.patience):
+            if main_end is None and (epoch > s.epochs or best.bad >= s.patience):
                 main_end = epoch - 1  # the head fine-tuning phase starts from the best weights
-                if best_state is not None:
-                    net.load_state_dict(best_state["state_dict"])
+                best.restore(net)
                 before_head = validate(model, valid_items, s.chunk_size) if valid_items else None
                 params, opt, sched = optimiser(main_end)
             if main_end is not None and epoch > main_end + s.head_finetune_epochs:
@@ -424,28 +421,22 @@ def train_gst(model: Model, train_graphs: Sequence[Graph],
                 score = row["valid_score"]
             else:
                 score = -row["train_loss"]
-            if score > best_score or (math.isnan(best_score) and not math.isnan(score)):
-                best_score, best_epoch, bad_epochs = score, epoch, 0
-                best_state = copy.deepcopy(model.state())
-                atomic_save(best_state, out / "best.pt")
-            else:
-                bad_epochs += 0 if head else 1
-            row["best_epoch"] = best_epoch
+            best.update(score, epoch, model, out / "best.pt", count_bad=not head)
+            row["best_epoch"] = best.epoch
             history.append(row)
             with open(out / "metrics.jsonl", "a") as f:
                 f.write(json.dumps(row) + "\n")
             table.flush()
             atomic_save({"model": model.state(), "optimizer": opt.state_dict(),
                          "scheduler": sched.state_dict(), "rng": _rng_state(np_rng),
-                         "epoch": epoch, "best_score": best_score, "best_epoch": best_epoch,
-                         "bad": bad_epochs, "history": history, "best_state": best_state,
+                         "epoch": epoch, **best.checkpoint(), "history": history,
                          "main_end": main_end, "before_head": before_head,
                          "settings": asdict(s)}, last)
             if s.progress:
                 tqdm.write(" ".join(f"{k}={v:.4g}" if isinstance(v, float) else f"{k}={v}"
                                     for k, v in row.items()))
             if s.stop_after_epoch and epoch >= s.stop_after_epoch:
-                return {"history": history, "best_epoch": best_epoch, "best_score": best_score,
+                return {"history": history, "best_epoch": best.epoch, "best_score": best.score,
                         "out_dir": out_dir, "stopped": True, "before_head": before_head,
                         "table_bytes": table.nbytes}
             epoch += 1
@@ -455,9 +446,8 @@ def train_gst(model: Model, train_graphs: Sequence[Graph],
         if out_dir is None:
             shutil.rmtree(out, ignore_errors=True)
 
-    if best_state is not None:
-        net.load_state_dict(best_state["state_dict"])
+    best.restore(net)
     net.to(device)
-    return {"history": history, "best_epoch": best_epoch, "best_score": best_score,
+    return {"history": history, "best_epoch": best.epoch, "best_score": best.score,
             "out_dir": out_dir, "stopped": False, "before_head": before_head,
             "table_bytes": table_bytes}

@@ -113,6 +113,41 @@ def validate(model: Model, items: Sequence[tuple[GraphTensors, np.ndarray]],
     return {"valid_tau": mean(taus), "valid_opa": mean(opas), "valid_score": mean(scores)}
 
 
+@dataclass
+class BestSoFar:
+    """Early-stopping state, saved inside `last.pt`: the best score, its epoch and
+    weights, and how many epochs have passed without beating it."""
+
+    score: float = -math.inf
+    epoch: int = 0
+    bad: int = 0
+    state: dict | None = None
+
+    def update(self, score: float, epoch: int, model: Model, path: Path | None,
+               count_bad: bool = True) -> None:
+        """Keep `model` if `score` beats the best (writing it to `path`), else count a bad
+        epoch (unless `count_bad` is off, as in GST's head phase)."""
+        if score > self.score or (math.isnan(self.score) and not math.isnan(score)):
+            self.score, self.epoch, self.bad = score, epoch, 0
+            self.state = copy.deepcopy(model.state())
+            if path is not None:
+                atomic_save(self.state, path)
+        elif count_bad:
+            self.bad += 1
+
+    def restore(self, net: torch.nn.Module) -> None:
+        if self.state is not None:
+            net.load_state_dict(self.state["state_dict"])
+
+    def checkpoint(self) -> dict:
+        return {"best_score": self.score, "best_epoch": self.epoch, "bad": self.bad,
+                "best_state": self.state}
+
+    @classmethod
+    def from_checkpoint(cls, ckpt: dict) -> BestSoFar:
+        return cls(ckpt["best_score"], ckpt["best_epoch"], ckpt["bad"], ckpt["best_state"])
+
+
 def seed_everything(seed: int) -> np.random.Generator:
     """Seed python, torch and a fresh numpy generator: a run is a function of its seed."""
     random.seed(seed)
@@ -197,22 +232,20 @@ def train(model: Model, train_graphs: Sequence[Graph], valid_graphs: Sequence[Gr
     sched = torch.optim.lr_scheduler.LambdaLR(opt, lambda step: lr_factor(step, s, total))
     loss_fn = ctx.loss(RankingLoss(s.loss or model.default_loss, margin=s.margin))
 
-    start_epoch, best_score, best_epoch, bad_epochs, history = 1, -math.inf, 0, 0, []
-    best_state = None
+    start_epoch, best, history = 1, BestSoFar(), []
     if ckpt is not None:
         opt.load_state_dict(ckpt["optimizer"])
         sched.load_state_dict(ckpt["scheduler"])
         _set_rng_state(np_rng, ckpt["rng"])
         start_epoch = ckpt["epoch"] + 1
-        best_score, best_epoch, bad_epochs = ckpt["best_score"], ckpt["best_epoch"], ckpt["bad"]
+        best = BestSoFar.from_checkpoint(ckpt)
         history = ckpt["history"]
-        best_state = ckpt["best_state"]
     if out is not None:  # drop lines of epochs that a killed run logged after its checkpoint
         lines = [json.dumps(h) for h in history]
         (out / "metrics.jsonl").write_text("".join(line + "\n" for line in lines))
 
     for epoch in range(start_epoch, s.epochs + 1):
-        if bad_epochs >= s.patience:
+        if best.bad >= s.patience:
             break
         net.train()
         t0, seen_graphs, seen_configs, losses = time.perf_counter(), 0, 0, []
@@ -249,32 +282,24 @@ def train(model: Model, train_graphs: Sequence[Graph], valid_graphs: Sequence[Gr
             score = row["valid_score"]
         else:
             score = -row["train_loss"]
-        if score > best_score or (math.isnan(best_score) and not math.isnan(score)):
-            best_score, best_epoch, bad_epochs = score, epoch, 0
-            best_state = copy.deepcopy(model.state())
-            if out is not None:
-                atomic_save(best_state, out / "best.pt")
-        else:
-            bad_epochs += 1
-        row["best_epoch"] = best_epoch
+        best.update(score, epoch, model, out / "best.pt" if out is not None else None)
+        row["best_epoch"] = best.epoch
         history.append(row)
         if out is not None:
             with open(out / "metrics.jsonl", "a") as f:
                 f.write(json.dumps(row) + "\n")
             atomic_save({"model": model.state(), "optimizer": opt.state_dict(),
                          "scheduler": sched.state_dict(), "rng": _rng_state(np_rng),
-                         "epoch": epoch, "best_score": best_score, "best_epoch": best_epoch,
-                         "bad": bad_epochs, "history": history, "best_state": best_state,
+                         "epoch": epoch, **best.checkpoint(), "history": history,
                          "settings": asdict(s)}, last)
         if s.progress and ctx.is_main:
             tqdm.write(" ".join(f"{k}={v:.4g}" if isinstance(v, float) else f"{k}={v}"
                                 for k, v in row.items()))
         if s.stop_after_epoch and epoch >= s.stop_after_epoch:
-            return {"history": history, "best_epoch": best_epoch, "best_score": best_score,
+            return {"history": history, "best_epoch": best.epoch, "best_score": best.score,
                     "out_dir": out, "stopped": True}
 
-    if best_state is not None:
-        net.load_state_dict(best_state["state_dict"])
+    best.restore(net)
     net.to(device)
-    return {"history": history, "best_epoch": best_epoch, "best_score": best_score,
+    return {"history": history, "best_epoch": best.epoch, "best_score": best.score,
             "out_dir": out, "stopped": False}
