@@ -32,6 +32,8 @@ def test_measure_reports_rss_and_time_or_skips_over_budget(tmp_path):
     assert read_graph(path).num_configs == 40
     gst = measure(path, "gst", configs=8, steps=1, segment_size=100)
     assert gst["peak_rss_mb"] > 0 and gst["seconds_per_step"] > 0 and gst["nodes_trained"] == 400
+    exact = measure(path, "gst-exact", configs=8, steps=1, segment_size=100)
+    assert exact["mode"] == "gst-exact" and exact["nodes_trained"] == 400
     pruned = measure(path, "pruned", configs=8, steps=1)
     assert pruned["nodes_trained"] < 400
     skipped = measure(path, "full", configs=8, steps=1, memory_budget="1M")
