@@ -667,6 +667,9 @@ def bench_scale_cmd(sizes: str, modes: str, configs: int, num_configs: int, step
               help="synthetic: configs per graph")
 @click.option("--segment-size", type=int, default=500, show_default=True)
 @click.option("--epochs", type=int, default=40, show_default=True)
+@click.option("--gst-epochs", type=int, default=0,
+              help="main-phase epochs of the GST variants (default: --epochs); one segment "
+                   "of S per step needs about S times the epochs for the same gradient signal")
 @click.option("--configs", type=int, default=16, show_default=True,
               help="configs per graph and step")
 @click.option("--seed", type=int, default=0, show_default=True)
@@ -675,8 +678,8 @@ def bench_scale_cmd(sizes: str, modes: str, configs: int, num_configs: int, step
 @click.option("--threads", type=int, default=1, show_default=True, help="torch threads per job")
 @click.option("--json", "json_path", type=click.Path(), default=None)
 def bench_gst_cmd(variants: str, data: str | None, nodes: int, graphs: int, num_configs: int,
-                  segment_size: int, epochs: int, configs: int, seed: int, jobs: int,
-                  threads: int, json_path: str | None) -> None:
+                  segment_size: int, epochs: int, gst_epochs: int, configs: int, seed: int,
+                  jobs: int, threads: int, json_path: str | None) -> None:
     """Held-out τ of GST against full-graph training on the same data and seed, with
     95% intervals, the paired difference and the head fine-tuning effect."""
     import json
@@ -690,8 +693,9 @@ def bench_gst_cmd(variants: str, data: str | None, nodes: int, graphs: int, num_
         format_row,
     )
 
-    spec = GstBenchSpec(data, nodes, graphs, num_configs, segment_size, epochs, configs, seed,
-                        threads)
+    spec = GstBenchSpec(data=data, nodes=nodes, graphs=graphs, num_configs=num_configs,
+                        segment_size=segment_size, epochs=epochs, gst_epochs=gst_epochs,
+                        configs_per_graph=configs, seed=seed, threads=threads)
     click.echo(describe(spec))
     click.echo(HEADER)
     try:

@@ -92,12 +92,16 @@ def test_table_tracks_staleness_is_memory_mapped_and_survives_reopening(tmp_path
     assert (fresh.read(0, np.array([4]))[1] == -1).all()
 
 
-def test_stale_dropout_drops_entries_and_up_weights_the_fresh_segment():
+def test_stale_dropout_drops_segments_alike_for_all_configs_and_up_weights_the_fresh_one():
     rng = np.random.default_rng(0)
     share = np.array([0.1, 0.2, 0.3, 0.4], np.float32)
-    stale = torch.from_numpy(np.broadcast_to(share[None, :, None], (4, 4, 3)).copy())
+    scale = np.arange(1, 5, dtype=np.float32)  # config c's entries are (c + 1) · share
+    stale = torch.from_numpy(np.broadcast_to(scale[:, None, None] * share[None, :, None],
+                                             (4, 4, 3)).copy())
     draws = torch.stack([stale_sum(stale, 2, 0.5, rng) for _ in range(4000)])
-    kept = draws[..., 0]  # the share of the stale segments kept, per config and draw
+    kept = draws[..., 0] / torch.from_numpy(scale)  # share of stale segments kept, per config
+    # one draw per segment for all configs of the graph: every config keeps the same ones
+    torch.testing.assert_close(kept, kept[:, :1].expand_as(kept))
     values = np.unique(kept.numpy())  # sums of unscaled shares: 0 … 0.7 in steps of 0.1
     assert values.max() <= 0.7 + 1e-5 and np.allclose(values * 10, np.round(values * 10),
                                                       atol=1e-3)
@@ -245,13 +249,15 @@ def test_bench_gst_compares_variants_with_full_training_on_a_collection(tmp_path
     coll = tmp_path / "data" / "npz" / "layout" / "synth" / "random"
     out = tmp_path / "gst.json"
     r = CliRunner().invoke(main, ["bench", "gst", "--data", str(coll), "--epochs", "1",
-                                  "--segment-size", "30", "--variants", "full,gst,gst-nohead",
-                                  "--json", str(out)])
+                                  "--gst-epochs", "2", "--segment-size", "30",
+                                  "--variants", "full,gst,gst-nohead", "--json", str(out)])
     assert r.exit_code == 0, r.output
     result = json.loads(out.read_text())
     full, gst, nohead = result["rows"]
     assert [full["variant"], gst["variant"], nohead["variant"]] == ["full", "gst", "gst-nohead"]
     assert full["segments"] == 1 and gst["segments"] >= 2
+    assert full["epochs"] == 1 and gst["epochs"] == nohead["epochs"] == 2
+    assert "1 epochs (2 for GST)" in r.output
     assert len(gst["taus"]) == 3 and gst["lo"] <= gst["tau"] <= gst["hi"]
     assert gst["diff"][0] == pytest.approx(np.mean(np.subtract(gst["taus"], full["taus"])))
     assert gst["inside_full_ci"] == (full["lo"] <= gst["tau"] <= full["hi"])

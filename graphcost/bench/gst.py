@@ -42,6 +42,7 @@ class GstBenchSpec:
     num_configs: int = 64  # synthetic: configs per graph
     segment_size: int = 500
     epochs: int = 40
+    gst_epochs: int = 0  # main-phase epochs of the GST variants; 0: `epochs`
     configs_per_graph: int = 16
     seed: int = 0
     threads: int = 1
@@ -97,9 +98,11 @@ def run_variant(name: str, spec: GstBenchSpec) -> dict:
     if spec.threads:
         torch.set_num_threads(spec.threads)
     train_graphs, valid, test = load_splits(spec)
-    s = TrainSettings(epochs=spec.epochs, configs_per_graph=spec.configs_per_graph,
+    kw = parse_variant(name)
+    epochs = (spec.gst_epochs or spec.epochs) if kw["mode"] == "gst" else spec.epochs
+    s = TrainSettings(epochs=epochs, configs_per_graph=spec.configs_per_graph,
                       segment_size=spec.segment_size, seed=spec.seed, progress=False,
-                      patience=max(10, spec.epochs // 4), **parse_variant(name))
+                      patience=max(10, epochs // 4), **kw)
     model = Model("ranker", "layout")
     t0 = time.perf_counter()
     result = train(model, train_graphs, valid, s)
@@ -108,6 +111,7 @@ def run_variant(name: str, spec: GstBenchSpec) -> dict:
     mean, lo, hi = bootstrap_ci(taus)
     head = [h["valid_tau"] for h in result["history"] if h.get("phase") == "head"]
     return {"variant": name, "tau": mean, "lo": lo, "hi": hi, "taus": taus.tolist(),
+            "epochs": sum(h.get("phase", "gst") == "gst" for h in result["history"]),
             "best_epoch": result["best_epoch"], "seconds": seconds,
             "valid_tau_before_head": (result.get("before_head") or {}).get("valid_tau"),
             "valid_tau_head_epochs": head,
@@ -159,7 +163,7 @@ def bench_gst(variants: Sequence[str], spec: GstBenchSpec, jobs: int = 1,
 
 
 HEADER = (f"{'variant':<17} {'segments':>8} {'held-out tau [95% CI]':>24} {'in full CI':>10} "
-          f"{'minus full [95% CI]':>26} {'best ep':>7} {'train s':>8}")
+          f"{'minus full [95% CI]':>26} {'epochs':>6} {'best ep':>7} {'train s':>8}")
 
 
 def format_row(r: dict) -> str:
@@ -168,7 +172,7 @@ def format_row(r: dict) -> str:
         f"{r['diff'][0]:+.3f} [{r['diff'][1]:+.3f}, {r['diff'][2]:+.3f}]"
     tau = f"{r['tau']:.3f} [{r['lo']:.3f}, {r['hi']:.3f}]"
     return (f"{r['variant']:<17} {r['segments']:>8.1f} {tau:>24} {inside:>10} {diff:>26} "
-            f"{r['best_epoch']:>7} {r['seconds']:>8.0f}")
+            f"{r['epochs']:>6} {r['best_epoch']:>7} {r['seconds']:>8.0f}")
 
 
 def format_gst(result: dict) -> str:
@@ -190,5 +194,7 @@ def describe(spec: GstBenchSpec) -> str:
     what = (f"collection {Path(spec.data)}" if spec.data else
             f"synthetic: {spec.graphs} train / {max(2, spec.graphs // 4)} valid / "
             f"{spec.graphs} test graphs of {spec.nodes} nodes, {spec.num_configs} configs")
-    return (f"{what}; segment_size {spec.segment_size}, {spec.epochs} epochs, "
+    epochs = f"{spec.epochs} epochs" + (f" ({spec.gst_epochs} for GST)" if spec.gst_epochs
+                                        else "")
+    return (f"{what}; segment_size {spec.segment_size}, {epochs}, "
             f"{spec.configs_per_graph} configs per graph and step, seed {spec.seed}")

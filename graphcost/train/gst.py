@@ -12,9 +12,10 @@ which for a 200k-node program is tens of gigabytes. GST bounds that by one segme
    memory stays one segment's; k = 0 back-propagates every segment, the exact gradient
    of the segmented model, at about 4/3 of a full step's compute. `graphcost bench gst`
    measures what k costs in ranking quality.
-3. Stale embedding dropout: each historical entry is dropped with probability p and the
-   fresh segments up-weighted by the share expected dropped (`fresh_weight`), so a
-   graph's segment weights still sum to 1 on average.
+3. Stale embedding dropout: each historical segment is dropped with probability p, one
+   draw per graph and segment shared by the graph's configs (`stale_sum`), and the fresh
+   segments up-weighted by the share expected dropped (`fresh_weight`), so a graph's
+   segment weights still sum to 1 on average.
 4. A final phase (`head_finetune_epochs`) freezes the encoder and trains only the head
    (`score_embedding`) on fresh embeddings of every segment: the table, filled once
    with the frozen encoder, is then exact, so these steps are cheap.
@@ -225,13 +226,19 @@ class EmbeddingTable:
 
 def stale_sum(stale: Tensor, fresh: int | Sequence[int], p: float,
               rng: np.random.Generator) -> Tensor:
-    """Σ over segments not in `fresh` of (C, S, d) historical embeddings, each (config,
-    segment) entry dropped with probability p (stale embedding dropout, DESIGN §6)."""
-    c, sg = stale.shape[:2]
-    keep = rng.random((c, sg)) >= p if p > 0 else np.ones((c, sg), dtype=bool)
+    """Σ over segments not in `fresh` of (C, S, d) historical embeddings, each segment
+    dropped with probability p (stale embedding dropout, DESIGN §6).
+
+    One draw per segment, shared by the C configs: a ranking loss compares configs of
+    the same graph, and a segment kept for one config but dropped for another would
+    add a whole segment's embedding to their difference, drowning what the configs
+    change. (Per-config draws cost 0.06 held-out τ in `graphcost bench gst`.)
+    """
+    sg = stale.shape[1]
+    keep = rng.random(sg) >= p if p > 0 else np.ones(sg, dtype=bool)
     w = keep.astype(np.float32)
-    w[:, fresh] = 0.0
-    return (stale * torch.from_numpy(w).to(stale.dtype)[..., None]).sum(1)
+    w[fresh] = 0.0
+    return (stale * torch.from_numpy(w).to(stale.dtype)[None, :, None]).sum(1)
 
 
 def fresh_weight(share: np.ndarray, fresh: Sequence[int], p: float) -> float:
