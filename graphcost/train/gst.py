@@ -232,7 +232,7 @@ def stale_sum(stale: Tensor, fresh: int | Sequence[int], p: float,
     One draw per segment, shared by the C configs: a ranking loss compares configs of
     the same graph, and a segment kept for one config but dropped for another would
     add a whole segment's embedding to their difference, drowning what the configs
-    change. (Per-config draws cost 0.06 held-out τ in `graphcost bench gst`.)
+    change.
     """
     sg = stale.shape[1]
     keep = rng.random(sg) >= p if p > 0 else np.ones(sg, dtype=bool)
