@@ -11,6 +11,10 @@ with the same seed, and scores every model on the held-out (test) graphs:
 - a `-nohead` suffix turns the head fine-tuning phase off, so its effect is measured by
   the difference to the same variant with it.
 
+`gst_epochs` gives the GST variants an epoch count of their own: a step that
+back-propagates one segment of S sees about 1/S of a full step's gradient signal, so
+equal epochs are not an equal budget.
+
 Each row has the mean held-out τ with its bootstrap 95% interval, whether it lies inside
 full training's interval, and the paired difference to full training (bootstrap over
 the same test graphs, which is much tighter than comparing two intervals).

@@ -62,7 +62,8 @@ class TrainSettings:
     mode: str = "full"  # 'full': back-propagate through whole graphs; 'gst': one segment each
     segment_size: int = 1000  # gst: nodes per segment
     # gst: segments back-propagated per graph and step; 0: all, one at a time (exact
-    # gradient, ~4/3 of a full step's compute); 1: the paper's GST (cheapest, loses τ)
+    # gradient, ~4/3 of a full step's compute); 1: the paper's GST (time per step constant
+    # in graph size; needs more epochs: `graphcost bench gst --gst-epochs`)
     gst_fresh_segments: int = 0
     stale_drop_p: float = 0.5  # gst: drop each historical embedding with this probability
     head_finetune_epochs: int = 2  # gst: final epochs training only the head, encoder frozen
