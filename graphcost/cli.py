@@ -636,19 +636,25 @@ def bench_scale_cmd(sizes: str, modes: str, configs: int, num_configs: int, step
                     json_path: str | None) -> None:
     """Peak RSS and seconds per step of full-graph, pruned and GST training on synthetic
     layout graphs of growing size, each in a fresh process, with growth exponents."""
-    import json
-
     from graphcost.bench.scale import HEADER, bench_scale, format_row, format_scale
 
-    click.echo(HEADER)
+    _bench_table(HEADER, format_row, format_scale, json_path, lambda on_row: bench_scale(
+        [int(x) for x in sizes.split(",") if x.strip()],
+        [m.strip() for m in modes.split(",") if m.strip()], configs, num_configs, steps,
+        segment_size, memory_budget, threads, on_row=on_row))
+
+
+def _bench_table(header: str, format_row, summarise, json_path: str | None, run) -> None:
+    """Print a benchmark's rows as they come (`run(on_row)`), then its summary; bad
+    settings are a clean error; the result goes to `json_path` when one is given."""
+    import json
+
+    click.echo(header)
     try:
-        result = bench_scale([int(x) for x in sizes.split(",") if x.strip()],
-                             [m.strip() for m in modes.split(",") if m.strip()], configs,
-                             num_configs, steps, segment_size, memory_budget, threads,
-                             on_row=lambda r: click.echo(format_row(r)))
+        result = run(lambda r: click.echo(format_row(r)))
     except ValueError as e:
         raise click.ClickException(str(e)) from None
-    click.echo("\n" + format_scale(result))
+    click.echo("\n" + summarise(result))
     if json_path:
         with open(json_path, "w") as f:
             json.dump(result, f, indent=1)
@@ -682,8 +688,6 @@ def bench_gst_cmd(variants: str, data: str | None, nodes: int, graphs: int, num_
                   jobs: int, threads: int, json_path: str | None) -> None:
     """Held-out τ of GST against full-graph training on the same data and seed, with
     95% intervals, the paired difference and the head fine-tuning effect."""
-    import json
-
     from graphcost.bench.gst import (
         HEADER,
         GstBenchSpec,
@@ -697,16 +701,8 @@ def bench_gst_cmd(variants: str, data: str | None, nodes: int, graphs: int, num_
                         segment_size=segment_size, epochs=epochs, gst_epochs=gst_epochs,
                         configs_per_graph=configs, seed=seed, threads=threads)
     click.echo(describe(spec))
-    click.echo(HEADER)
-    try:
-        result = bench_gst([v.strip() for v in variants.split(",") if v.strip()], spec, jobs,
-                           on_row=lambda r: click.echo(format_row(r)))
-    except ValueError as e:
-        raise click.ClickException(str(e)) from None
-    click.echo("\n" + format_gst(result))
-    if json_path:
-        with open(json_path, "w") as f:
-            json.dump(result, f, indent=1)
+    _bench_table(HEADER, format_row, format_gst, json_path, lambda on_row: bench_gst(
+        [v.strip() for v in variants.split(",") if v.strip()], spec, jobs, on_row=on_row))
 
 
 # ---- distributed (issue 9)
