@@ -50,21 +50,56 @@ def test_segments_cover_the_graph_and_cut_at_nearby_computation_starts():
     assert list(segment_bounds(100, np.array([0]), 250)) == [0, 100]
 
 
-def test_segment_embeddings_sum_to_the_whole_graph_embedding():
-    """With no message passing (layers=0) cutting edges changes nothing, so the sum of
-    share-weighted segment embeddings must equal the whole graph's, mean and sum parts."""
+def test_segments_own_every_node_once_and_take_their_halo_from_outside():
     g = layout_split(0, 1, "g", nodes=200)[0]
-    torch.manual_seed(0)
-    m = Model("resgcn", "layout", layers=0).build(FeatureTransform.fit([g]))
-    gt = m.prepare(g)
-    segs = split_segments(gt, 50)
-    assert len(segs) == 4 and sum(p.x.shape[0] for p in segs.parts) == 200
-    assert sum(p.config_nodes.numel() for p in segs.parts) == g.node_config_ids.size
+    gt = Model("ranker", "layout", prune_hops=-1).build(FeatureTransform.fit([g])).prepare(g)
+    plain, haloed = split_segments(gt, 50), split_segments(gt, 50, halo=2)
+    assert len(plain) == len(haloed) == 4
+    assert all(p.x.shape[0] == p.own_nodes for p in plain.parts)
+    assert sum(p.own_nodes for p in haloed.parts) == 200
+    assert sum(p.own_config_nodes for p in haloed.parts) == g.node_config_ids.size
+    assert haloed.config_share.sum() == pytest.approx(1.0)
+    edges = {tuple(e) for e in gt.edge_index.t().tolist()}
+    for s, part in enumerate(haloed.parts):
+        lo, hi = haloed.bounds[s], haloed.bounds[s + 1]
+        own = torch.arange(lo, hi)
+        torch.testing.assert_close(part.x[:part.own_nodes], gt.x[own])
+        assert part.x.shape[0] > part.own_nodes  # edges cross every cut: there is a halo
+        # every edge among the segment's nodes and its halo is kept, none invented
+        assert part.edge_index.shape[1] == len({tuple(e) for e in part.edge_index.t().tolist()})
+        assert part.config_nodes[:part.own_config_nodes].max() < part.own_nodes
+    capped = split_segments(gt, 50, halo=10)
+    assert all(p.x.shape[0] - p.own_nodes <= 50 for p in capped.parts)
+    assert edges  # the graph has edges at all
+
+
+@pytest.mark.parametrize("name", ["ranker", "resgcn"])
+def test_segments_with_their_halo_sum_to_the_whole_graph_embedding(name):
+    """With a halo as deep as the receptive field every node ends in its whole-graph
+    state, so the share-weighted segment embeddings sum to the whole graph's (the
+    ranker's max part, a weighted mean of maxima, is switched off); without it, not.
+    (Segments of 100 nodes, so that no halo reaches its cap of 100 nodes.)"""
+    g = layout_split(0, 1, "g", nodes=400)[0]
     ids = np.array([0, 3, 7])
-    with torch.no_grad():
-        whole = m.net.encode_segment(collate([(gt, ids)]))
-        parts = segs.encode(m.net, ids)
-    torch.testing.assert_close(parts, whole, atol=1e-4, rtol=1e-5)
+    sums = {}
+    for halo in (-1, 0):
+        torch.manual_seed(0)
+        m = Model(name, "layout", layers=3, prune_hops=-1, segment_halo=halo) if \
+            name == "ranker" else Model(name, "layout", layers=2, segment_halo=halo)
+        m.build(FeatureTransform.fit([g]))
+        net = m.net.eval()
+        if name == "ranker":
+            with torch.no_grad():
+                d = net.s.hidden
+                net.pool.weight[:, d:2 * d] = 0.0
+        gt = m.prepare(g)
+        segs = split_segments(gt, 100, net.segment_halo)
+        assert len(segs) == 4 and all(p.x.shape[0] - p.own_nodes < 100 for p in segs.parts)
+        with torch.no_grad():
+            whole = net.encode_segment(collate([(gt, ids)]))
+            sums[halo] = (segs.encode(net, ids), whole)
+    torch.testing.assert_close(*sums[-1], atol=1e-4, rtol=1e-4)
+    assert not torch.allclose(*sums[0], atol=1e-3)
 
 
 # ---------------------------------------------------------------- embedding table

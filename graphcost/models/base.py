@@ -14,6 +14,7 @@ from dataclasses import dataclass
 import numpy as np
 import torch
 from torch import Tensor, nn
+from torch_geometric.utils import scatter
 
 from graphcost.data.features import repad_layout
 from graphcost.formats import Graph, TileGraph
@@ -38,6 +39,10 @@ class GraphTensors:
     tile_configs: Tensor | None = None  # (c, config_dim) transformed tile configs
     config_dims: Tensor | None = None  # (nc, 6) log2 shape dims of configurable nodes
     config_default: Tensor | None = None  # (nc, 6) their layout in the graph (−1 padded)
+    # a segment (models/segments.py): nodes [0, own_nodes) and config nodes
+    # [0, own_config_nodes) are its own; the rest are its halo, context not pooled
+    own_nodes: int | None = None
+    own_config_nodes: int | None = None
 
     @property
     def num_configs(self) -> int:
@@ -84,11 +89,11 @@ class Batch:
     x: Tensor  # (N, node_dim)
     opcode: Tensor  # (N,)
     edge_index: Tensor  # (2, E)
-    node_graph: Tensor  # (N,) graph of each node
+    node_graph: Tensor  # (N,) graph of each node; B for a segment's halo (pool skips it)
     num_graphs: int
     config: Tensor
     config_nodes: Tensor  # (K,)
-    config_graph: Tensor  # (K,) graph of each configurable node
+    config_graph: Tensor  # (K,) graph of each configurable node; B in a halo
     config_dims: Tensor  # (K, 6) log2 shape dims of each configurable node (layout)
     config_default: Tensor  # (K, 6) the graph's own layout of each (−1 padded)
     mask: Tensor  # (B, C) bool
@@ -98,6 +103,19 @@ class Batch:
         moved = {k: (v.to(device, non_blocking=True) if isinstance(v, Tensor) else v)
                  for k, v in self.__dict__.items()}
         return Batch(**moved)
+
+
+def _graph_ids(n: int, own: int | None, b: int, num_graphs: int) -> Tensor:
+    """Graph b for a graph's own nodes, `num_graphs` (no graph) for a segment's halo."""
+    ids = torch.full((n,), b, dtype=torch.long)
+    if own is not None:
+        ids[own:] = num_graphs
+    return ids
+
+
+def pool(reduce: str, h: Tensor, index: Tensor, num_graphs: int) -> Tensor:
+    """PyG pooling along dim −2 that skips halo nodes (index `num_graphs`, see collate)."""
+    return scatter(h, index, dim=-2, dim_size=num_graphs + 1, reduce=reduce)[..., :num_graphs, :]
 
 
 def collate(items: list[tuple[GraphTensors, np.ndarray]], with_runtime: bool = False) -> Batch:
@@ -113,10 +131,10 @@ def collate(items: list[tuple[GraphTensors, np.ndarray]], with_runtime: bool = F
         xs.append(g.x)
         ops.append(g.opcode)
         edges.append(g.edge_index + offset)
-        node_graph.append(torch.full((n,), b, dtype=torch.long))
+        node_graph.append(_graph_ids(n, g.own_nodes, b, len(items)))
         cfgs.append(g.configs(padded))
         cfg_nodes.append(g.config_nodes + offset)
-        cfg_graph.append(torch.full((g.config_nodes.numel(),), b, dtype=torch.long))
+        cfg_graph.append(_graph_ids(g.config_nodes.numel(), g.own_config_nodes, b, len(items)))
         dims.append(g.config_dims)
         defaults.append(g.config_default)
         masks.append(torch.arange(c) < ids.size)

@@ -13,10 +13,18 @@ from dataclasses import dataclass
 import numpy as np
 import torch
 from torch import Tensor, nn
-from torch_geometric.nn import GCNConv, SAGEConv, global_add_pool, global_max_pool
+from torch_geometric.nn import GCNConv, SAGEConv, global_max_pool
 from torch_geometric.nn import global_mean_pool as mean_pool
 
-from graphcost.models.base import NUM_OPCODES, Batch, GraphTensors, RankingNet, chunk_limit, mlp
+from graphcost.models.base import (
+    NUM_OPCODES,
+    Batch,
+    GraphTensors,
+    RankingNet,
+    chunk_limit,
+    mlp,
+    pool,
+)
 from graphcost.models.segments import split_segments
 
 
@@ -98,6 +106,7 @@ class ResGCNSettings:
     layers: int = 3
     dropout: float = 0.0
     segment_size: int = 0  # encode in segments of ~this many nodes (GST); 0: whole graph
+    segment_halo: int = -1  # hops of context around a segment; −1: layers + 1 (exact states)
 
 
 class ResGCNLayout(RankingNet):
@@ -122,18 +131,24 @@ class ResGCNLayout(RankingNet):
     def forward(self, b: Batch) -> Tensor:
         return self.score_embedding(self.encode_segment(b), b.mask)
 
+    @property
+    def segment_halo(self) -> int:
+        """GCN normalises by both ends' degrees: one hop more than the layers."""
+        return self.s.segment_halo if self.s.segment_halo >= 0 else self.s.layers + 1
+
     def encode_segment(self, b: Batch, share: Tensor | None = None) -> Tensor:
-        """(B, C, 2h) [share·mean ‖ sum] pooling of each graph (or segment, models/segments.py):
-        both parts add up over a graph's segments to the whole graph's pooling."""
+        """(B, C, 2h) [share·mean ‖ sum] pooling of each graph (or segment, models/segments.py,
+        `share` (B, 2) its node and config-node fractions): both parts add up over a graph's
+        segments to the whole graph's pooling."""
         h0 = self.node_in(torch.cat([b.x, self.opcode(b.opcode)], dim=-1))  # (N, h)
         c = b.config.shape[0]
         h = h0.expand(c, -1, -1).index_add(1, b.config_nodes, self.config_in(b.config))
         for conv in self.convs:
             h = h + torch.relu(conv(h, b.edge_index))
-        mean = mean_pool(h, b.node_graph, b.num_graphs)  # (C, B, h)
+        mean = pool("mean", h, b.node_graph, b.num_graphs)  # (C, B, h)
         if share is not None:
-            mean = mean * share.to(mean.dtype)[None, :, None]
-        return torch.cat([mean, global_add_pool(h, b.node_graph, b.num_graphs)], -1).transpose(0, 1)
+            mean = mean * share[:, 0].to(mean.dtype)[None, :, None]
+        return torch.cat([mean, pool("sum", h, b.node_graph, b.num_graphs)], -1).transpose(0, 1)
 
     def score_embedding(self, h: Tensor, mask: Tensor) -> Tensor:
         """(B, C, 2h) → (B, C) scores; configs do not interact."""
@@ -145,7 +160,7 @@ class ResGCNLayout(RankingNet):
     @torch.no_grad()
     def score_configs(self, g: GraphTensors, ids: np.ndarray, chunk_size: int = 1024) -> Tensor:
         """Scores in bounded-memory chunks, summing segment embeddings when GST-trained."""
-        segments = split_segments(g, self.s.segment_size)
+        segments = split_segments(g, self.s.segment_size, self.segment_halo)
         size = chunk_limit(segments.largest, chunk_size)
         mask = torch.ones(1, 1, dtype=torch.bool, device=self.device)
         out = [self.score_embedding(segments.encode(self, ids[i:i + size]), mask)[0].float().cpu()

@@ -47,6 +47,7 @@ from graphcost.models.base import (
     chunk_limit,
     collate,
     mlp,
+    pool,
 )
 from graphcost.models.segments import split_segments
 
@@ -62,6 +63,7 @@ class RankerSettings:
     heads: int = 4
     ref_configs: int = 32  # reference set size at prediction (≈ configs per graph in training)
     segment_size: int = 0  # layout: encode in segments of ~this many nodes (GST); 0: whole graph
+    segment_halo: int = -1  # hops of context around a segment; −1: `layers` (exact node states)
 
 
 def reference_ids(num_configs: int, size: int) -> np.ndarray:
@@ -168,8 +170,15 @@ class Ranker(RankingNet):
         return torch.cat([mean_pool(h, b.node_graph, b.num_graphs),
                           global_max_pool(h, b.node_graph, b.num_graphs)], -1)  # (B, 2d)
 
-    def embed_configs(self, b: Batch, state: Tensor, config: Tensor) -> Tensor:
-        """(B, C, d) embeddings of `config` (shaped like `b.config`) on `graph_state(b)`."""
+    @property
+    def segment_halo(self) -> int:
+        return self.s.segment_halo if self.s.segment_halo >= 0 else self.s.layers
+
+    def embed_configs(self, b: Batch, state: Tensor, config: Tensor,
+                      share: Tensor | None = None) -> Tensor:
+        """(B, C, d) embeddings of `config` (shaped like `b.config`) on `graph_state(b)`;
+        `share` (B, 2) weights segments so that they add up to their graph (see
+        `encode_segment`)."""
         if self.kind == "tile":
             cfg = self.config_in(config)  # (B, C, d)
             g = state.unsqueeze(1).expand(-1, cfg.shape[1], -1)
@@ -179,20 +188,25 @@ class Ranker(RankingNet):
         cfg = layout_features(config, b.config_dims, b.config_default)
         delta = self.join(torch.cat([at, cfg], dim=-1))
         h = self._gnn(h0.expand(c, -1, -1).index_add(1, b.config_nodes, delta), b.edge_index)
-        pooled = torch.cat([mean_pool(h, b.node_graph, b.num_graphs),
-                            global_max_pool(h, b.node_graph, b.num_graphs),
-                            mean_pool(h[:, b.config_nodes], b.config_graph, b.num_graphs)], -1)
-        return self.pool(pooled).transpose(0, 1)  # (B, C, d)
+        parts = [pool("mean", h, b.node_graph, b.num_graphs),
+                 pool("max", h, b.node_graph, b.num_graphs),
+                 pool("mean", h[:, b.config_nodes], b.config_graph, b.num_graphs)]
+        if share is None:
+            return self.pool(torch.cat(parts, -1)).transpose(0, 1)  # (B, C, d)
+        nodes, configs = (share[:, i].to(h.dtype)[None, :, None] for i in range(2))
+        out = self.pool(torch.cat([parts[0] * nodes, parts[1] * nodes, parts[2] * configs], -1))
+        return (out + (nodes - 1) * self.pool.bias).transpose(0, 1)
 
     def forward(self, b: Batch) -> Tensor:
         """Training scores (B, C): the sampled configs of each graph attend to each other."""
         return self.score_embedding(self.embed(b), b.mask)
 
     def encode_segment(self, b: Batch, share: Tensor | None = None) -> Tensor:
-        """Segment hook (models/segments.py): `embed` of each graph's segment in `b`
-        weighted by `share` (B,), so a graph's segment embeddings sum to its embedding."""
-        h = self.embed(b)
-        return h if share is None else h * share.to(h.dtype)[:, None, None]
+        """Segment hook (models/segments.py): `embed` of each graph's segment in `b` with
+        its pooled parts weighted by `share` (B, 2), the segment's node and config-node
+        fractions, and the pooling layer's bias by the node fraction: the segments of a
+        graph then sum to its embedding (its max part to a weighted mean of maxima)."""
+        return self.embed_configs(b, self.graph_state(b), b.config, share)
 
     def score_embedding(self, h: Tensor, mask: Tensor) -> Tensor:
         """The head (cross-config attention, then MLP): (B, C, d) embeddings → (B, C)."""
@@ -210,7 +224,7 @@ class Ranker(RankingNet):
         """Scores of configs `ids` of one graph against the fixed reference set."""
         ids = np.asarray(ids, dtype=np.int64)
         dev = self.device
-        segments = split_segments(g, self.s.segment_size)  # one segment (g) unless GST-trained
+        segments = split_segments(g, self.s.segment_size, self.segment_halo)  # g unless GST
         chunk_size = chunk_limit(segments.largest, chunk_size)
 
         def embed(chunk: np.ndarray) -> Tensor:
@@ -246,7 +260,7 @@ class Ranker(RankingNet):
         equal to it hidden, so a score depends on the config's values alone; for g's
         own configs that is `score_configs`' own-id masking (unless g repeats a config).
         """
-        if len(split_segments(g, self.s.segment_size)) > 1:
+        if self.s.segment_size > 0 and g.x.shape[0] > self.s.segment_size:
             raise ValueError(f"{g.name}: this ranker encodes the graph in segments (GST), "
                              "which config_scorer does not do; use score_configs")
         dev = self.device

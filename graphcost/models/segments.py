@@ -6,13 +6,21 @@ segment is itself a `GraphTensors`: the induced subgraph (edges that cross a cut
 dropped), its configurable nodes, and a config reader that hands it only their columns
 (the graph's configs are read from disk once per id list, not once per segment).
 
+A segment also carries a halo: the nodes outside it within `halo` hops, as context.
+Message passing runs over segment and halo alike, pooling over the segment's own nodes
+only (the halo's nodes get graph id B in a batch of B, see `models/base.py`). With as
+many hops as the network's receptive field (`RankingNet.segment_halo`) every own node
+ends in the state it has in the whole graph; the halo is capped at `size` nodes, so a
+hub cannot pull the whole graph into every segment (past the cap, that is lost).
+
 Networks that support segments offer `encode_segment(batch, share)`: the (B, C, d)
-embedding of a segment weighted by `share`, its fraction of the graph's nodes, so that
-the graph embedding is the plain SUM of its segments' embeddings (exact for mean and
-sum pooling; max pooling becomes a weighted mean of segment maxima), and
-`score_embedding(h, mask)`: the head from a graph embedding to (B, C) scores.
-Summation is what lets GST replace the segments it does not back-propagate through by
-historical embeddings, and what lets prediction run in memory bounded by one segment.
+embedding of a segment weighted by `share` (B, 2), its fraction of the graph's nodes
+and of its configurable nodes, so that the graph embedding is the plain SUM of its
+segments' embeddings (exact for mean and sum pooling, given the full halo; max pooling
+becomes a weighted mean of segment maxima), and `score_embedding(h, mask)`: the head
+from a graph embedding to (B, C) scores. Summation is what lets GST replace the
+segments it does not back-propagate through by historical embeddings, and what lets
+prediction run in memory bounded by one segment.
 """
 
 from __future__ import annotations
@@ -76,12 +84,18 @@ class SegmentConfigs:
 
 @dataclass
 class Segments:
-    """A graph cut into segments; `share[s]` is segment s's fraction of the graph's nodes."""
+    """A graph cut into segments; `share[s]` is segment s's fraction of the graph's nodes,
+    `config_share[s]` its fraction of the configurable nodes."""
 
     graph: GraphTensors
     parts: list[GraphTensors]
     share: np.ndarray  # (S,) float32, sums to 1
     bounds: np.ndarray  # (S + 1,)
+    config_share: np.ndarray  # (S,) float32, sums to 1 (0 without configurable nodes)
+
+    def weight(self, s: int) -> Tensor:
+        """(2,) what `encode_segment` weights segment s by: [node share, config share]."""
+        return torch.tensor([float(self.share[s]), float(self.config_share[s])])
 
     def __len__(self) -> int:
         return len(self.parts)
@@ -96,40 +110,78 @@ class Segments:
         total = None
         for s in range(len(self.parts)) if segments is None else segments:
             b = collate([(self.parts[s], ids)]).to(dev)
-            share = None if len(self.parts) == 1 else torch.tensor(self.share[s:s + 1],
-                                                                    device=dev)
+            share = None if len(self.parts) == 1 else self.weight(s)[None].to(dev)
             h = net.encode_segment(b, share)
             total = h if total is None else total + h
         assert total is not None
         return total
 
 
-def split_segments(g: GraphTensors, size: int) -> Segments:
-    """Cut a layout graph into segments of about `size` nodes (size ≤ 0: one segment, g)."""
+def csr_rows(indptr: np.ndarray, nodes: np.ndarray) -> np.ndarray:
+    """Positions of the CSR entries of `nodes`, concatenated (vectorised ranges)."""
+    lens = indptr[nodes + 1] - indptr[nodes]
+    first = np.cumsum(lens) - lens
+    return np.repeat(indptr[nodes] - first, lens) + np.arange(int(lens.sum()))
+
+
+def halo_nodes(indptr: np.ndarray, nbrs: np.ndarray, lo: int, hi: int, hops: int,
+               cap: int) -> np.ndarray:
+    """Sorted nodes outside [lo, hi) within `hops` hops of it (CSR adjacency), nearest
+    first until `cap` nodes."""
+    seen = np.zeros(indptr.size - 1, dtype=bool)
+    seen[lo:hi] = True
+    frontier, found, count = np.arange(lo, hi), [], 0
+    for _ in range(hops):
+        if frontier.size == 0 or count >= cap:
+            break
+        reach = nbrs[csr_rows(indptr, frontier)]
+        frontier = np.unique(reach[~seen[reach]])[:cap - count]
+        seen[frontier] = True
+        found.append(frontier)
+        count += frontier.size
+    return np.sort(np.concatenate(found)) if found else np.zeros(0, np.int64)
+
+
+def split_segments(g: GraphTensors, size: int, halo: int = 0) -> Segments:
+    """Cut a layout graph into segments of about `size` nodes, each with the nodes within
+    `halo` hops around it as context (size ≤ 0: one segment, g)."""
     n = int(g.x.shape[0])
+    one = np.ones(1, np.float32)
     if g.kind != "layout" or size <= 0 or n <= size:
-        return Segments(g, [g], np.ones(1, np.float32), np.array([0, n], dtype=np.int64))
+        return Segments(g, [g], one, np.array([0, n], dtype=np.int64), one)
     bounds = segment_bounds(n, g.graph.node_splits, size)
-    seg_of = np.searchsorted(bounds, np.arange(n), side="right") - 1
-    e = g.edge_index.numpy()
-    es = seg_of[e[0]]
-    inside = es == seg_of[e[1]]
-    order = np.argsort(es[inside], kind="stable")
-    e, es = e[:, inside][:, order], es[inside][order]
-    estart = np.searchsorted(es, np.arange(len(bounds)))
+    src, dst = g.edge_index.numpy()  # both directions
+    order = np.argsort(src, kind="stable")
+    src, nbrs = src[order], dst[order]
+    indptr = np.concatenate([[0], np.cumsum(np.bincount(src, minlength=n))])
     cn = g.config_nodes.numpy()
-    cseg = seg_of[cn]
+    local = np.full(n, -1, dtype=np.int64)
     reader = ConfigReader(g.graph)
-    parts = []
+    parts, config_count = [], []
     for s in range(len(bounds) - 1):
         lo, hi = int(bounds[s]), int(bounds[s + 1])
-        cols = np.flatnonzero(cseg == s)
+        nodes = np.concatenate([np.arange(lo, hi), halo_nodes(indptr, nbrs, lo, hi, halo,
+                                                              size)])
+        local[nodes] = np.arange(nodes.size)
+        rows = csr_rows(indptr, nodes)
+        u, v = src[rows], nbrs[rows]
+        keep = local[v] >= 0
+        edges = np.stack([local[u[keep]], local[v[keep]]])
+        own = np.flatnonzero((cn >= lo) & (cn < hi))
+        ctx = np.flatnonzero((cn < lo) | (cn >= hi))
+        ctx = ctx[local[cn[ctx]] >= 0]
+        cols = np.concatenate([own, ctx])
         parts.append(GraphTensors(
-            name=f"{g.name}#{s}", kind=g.kind, x=g.x[lo:hi], opcode=g.opcode[lo:hi],
-            edge_index=torch.from_numpy(np.ascontiguousarray(e[:, estart[s]:estart[s + 1]] - lo)),
-            config_nodes=torch.from_numpy(cn[cols] - lo), runtime=g.runtime,
+            name=f"{g.name}#{s}", kind=g.kind, x=g.x[nodes], opcode=g.opcode[nodes],
+            edge_index=torch.from_numpy(np.ascontiguousarray(edges)),
+            config_nodes=torch.from_numpy(local[cn[cols]]), runtime=g.runtime,
             graph=SegmentConfigs(reader, cols),  # type: ignore[arg-type]
             config_dims=g.config_dims[cols] if g.config_dims is not None else None,
-            config_default=g.config_default[cols] if g.config_default is not None else None))
+            config_default=g.config_default[cols] if g.config_default is not None else None,
+            own_nodes=hi - lo, own_config_nodes=int(own.size)))
+        config_count.append(own.size)
+        local[nodes] = -1
     share = (np.diff(bounds) / n).astype(np.float32)
-    return Segments(g, parts, share, bounds)
+    count = np.asarray(config_count, np.float32)
+    config_share = count / count.sum() if count.sum() else np.zeros_like(count)
+    return Segments(g, parts, share, bounds, config_share)

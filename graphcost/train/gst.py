@@ -335,8 +335,7 @@ class SegmentReplay:
 def _encode_segment(net, item: GstItem, seg: int, ids: np.ndarray, device) -> Tensor:
     """(C, d): segment `seg` of one graph, weighted by its share, for configs `ids`."""
     b = collate([(item.segments.parts[seg], ids)]).to(device)
-    return net.encode_segment(b, torch.tensor([float(item.segments.share[seg])],
-                                              device=device))[0]
+    return net.encode_segment(b, item.segments.weight(seg)[None].to(device))[0]
 
 
 def encode_fresh(net, items: Sequence[GstItem], fresh: Sequence[np.ndarray],
@@ -348,8 +347,8 @@ def encode_fresh(net, items: Sequence[GstItem], fresh: Sequence[np.ndarray],
     if replay is None:
         batch = collate([(it.segments.parts[int(f[0])], i) for it, f, i
                          in zip(items, fresh, ids, strict=True)]).to(device)
-        share = torch.tensor([float(it.segments.share[int(f[0])]) for it, f
-                              in zip(items, fresh, strict=True)], device=device)
+        share = torch.stack([it.segments.weight(int(f[0])) for it, f
+                             in zip(items, fresh, strict=True)]).to(device)
         h = net.encode_segment(batch, share)
         return h, [[h[k]] for k in range(len(items))]
     parts = [[replay.encode(k, it, int(seg), i) for seg in f]
@@ -401,7 +400,7 @@ def train_gst(model: Model, train_graphs: Sequence[Graph],
                                                                       replace=False)
             ids = ids[np.sort(pick)]
         if ids.size >= 2:
-            items.append(GstItem(gt, ids, split_segments(gt, s.segment_size)))
+            items.append(GstItem(gt, ids, split_segments(gt, s.segment_size, net.segment_halo)))
     if not items:
         raise ValueError("no train graph has two or more configs")
     valid_items = [(gt, validation_ids(gt, s.valid_configs, s.seed))
