@@ -113,7 +113,7 @@ def _graph_ids(n: int, own: int | None, b: int, num_graphs: int) -> Tensor:
     return ids
 
 
-def pool(reduce: str, h: Tensor, index: Tensor, num_graphs: int) -> Tensor:
+def pool_own(reduce: str, h: Tensor, index: Tensor, num_graphs: int) -> Tensor:
     """PyG pooling along dim −2 that skips halo nodes (index `num_graphs`, see collate)."""
     return scatter(h, index, dim=-2, dim_size=num_graphs + 1, reduce=reduce)[..., :num_graphs, :]
 

@@ -23,7 +23,7 @@ from graphcost.models.base import (
     RankingNet,
     chunk_limit,
     mlp,
-    pool,
+    pool_own,
 )
 from graphcost.models.segments import split_segments
 
@@ -145,10 +145,10 @@ class ResGCNLayout(RankingNet):
         h = h0.expand(c, -1, -1).index_add(1, b.config_nodes, self.config_in(b.config))
         for conv in self.convs:
             h = h + torch.relu(conv(h, b.edge_index))
-        mean = pool("mean", h, b.node_graph, b.num_graphs)  # (C, B, h)
+        mean = pool_own("mean", h, b.node_graph, b.num_graphs)  # (C, B, h)
         if share is not None:
             mean = mean * share[:, 0].to(mean.dtype)[None, :, None]
-        return torch.cat([mean, pool("sum", h, b.node_graph, b.num_graphs)], -1).transpose(0, 1)
+        return torch.cat([mean, pool_own("sum", h, b.node_graph, b.num_graphs)], -1).transpose(0, 1)
 
     def score_embedding(self, h: Tensor, mask: Tensor) -> Tensor:
         """(B, C, 2h) → (B, C) scores; configs do not interact."""

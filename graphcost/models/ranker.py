@@ -47,7 +47,7 @@ from graphcost.models.base import (
     chunk_limit,
     collate,
     mlp,
-    pool,
+    pool_own,
 )
 from graphcost.models.segments import split_segments
 
@@ -188,9 +188,9 @@ class Ranker(RankingNet):
         cfg = layout_features(config, b.config_dims, b.config_default)
         delta = self.join(torch.cat([at, cfg], dim=-1))
         h = self._gnn(h0.expand(c, -1, -1).index_add(1, b.config_nodes, delta), b.edge_index)
-        parts = [pool("mean", h, b.node_graph, b.num_graphs),
-                 pool("max", h, b.node_graph, b.num_graphs),
-                 pool("mean", h[:, b.config_nodes], b.config_graph, b.num_graphs)]
+        parts = [pool_own("mean", h, b.node_graph, b.num_graphs),
+                 pool_own("max", h, b.node_graph, b.num_graphs),
+                 pool_own("mean", h[:, b.config_nodes], b.config_graph, b.num_graphs)]
         if share is None:
             return self.pool(torch.cat(parts, -1)).transpose(0, 1)  # (B, C, d)
         nodes, configs = (share[:, i].to(h.dtype)[None, :, None] for i in range(2))

@@ -2,11 +2,11 @@
 
 A layout graph's nodes are in topological order, so a segment is a contiguous range of
 about `size` nodes, cut at a computation boundary (`node_splits`) when one is near. A
-segment is itself a `GraphTensors`: the induced subgraph (edges that cross a cut are
-dropped), its configurable nodes, and a config reader that hands it only their columns
-(the graph's configs are read from disk once per id list, not once per segment).
+segment is itself a `GraphTensors`: the subgraph induced on its nodes and its halo,
+their configurable nodes, and a config reader that hands it only their columns (the
+graph's configs are read from disk once per id list, not once per segment).
 
-A segment also carries a halo: the nodes outside it within `halo` hops, as context.
+The halo is the nodes outside the segment within `halo` hops, there as context.
 Message passing runs over segment and halo alike, pooling over the segment's own nodes
 only (the halo's nodes get graph id B in a batch of B, see `models/base.py`). With as
 many hops as the network's receptive field (`RankingNet.segment_halo`) every own node
