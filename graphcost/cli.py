@@ -679,13 +679,15 @@ def _bench_table(header: str, format_row, summarise, json_path: str | None, run)
 @click.option("--configs", type=int, default=16, show_default=True,
               help="configs per graph and step")
 @click.option("--seed", type=int, default=0, show_default=True)
+@click.option("--repeats", type=int, default=1, show_default=True,
+              help="trainings per variant (seeds seed, seed+1, …); each graph's τ is averaged")
 @click.option("--jobs", type=int, default=1, show_default=True,
-              help="variants trained at once, one process each")
+              help="trainings run at once, one process each")
 @click.option("--threads", type=int, default=1, show_default=True, help="torch threads per job")
 @click.option("--json", "json_path", type=click.Path(), default=None)
 def bench_gst_cmd(variants: str, data: str | None, nodes: int, graphs: int, num_configs: int,
                   segment_size: int, epochs: int, gst_epochs: int, configs: int, seed: int,
-                  jobs: int, threads: int, json_path: str | None) -> None:
+                  repeats: int, jobs: int, threads: int, json_path: str | None) -> None:
     """Held-out τ of GST against full-graph training on the same data and seed, with
     95% intervals, the paired difference and the head fine-tuning effect."""
     from graphcost.bench.gst import (
@@ -699,7 +701,8 @@ def bench_gst_cmd(variants: str, data: str | None, nodes: int, graphs: int, num_
 
     spec = GstBenchSpec(data=data, nodes=nodes, graphs=graphs, num_configs=num_configs,
                         segment_size=segment_size, epochs=epochs, gst_epochs=gst_epochs,
-                        configs_per_graph=configs, seed=seed, threads=threads)
+                        configs_per_graph=configs, seed=seed, repeats=repeats,
+                        threads=threads)
     click.echo(describe(spec))
     _bench_table(HEADER, format_row, format_gst, json_path, lambda on_row: bench_gst(
         [v.strip() for v in variants.split(",") if v.strip()], spec, jobs, on_row=on_row))

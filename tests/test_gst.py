@@ -284,7 +284,7 @@ def test_bench_gst_compares_variants_with_full_training_on_a_collection(tmp_path
     coll = tmp_path / "data" / "npz" / "layout" / "synth" / "random"
     out = tmp_path / "gst.json"
     r = CliRunner().invoke(main, ["bench", "gst", "--data", str(coll), "--epochs", "1",
-                                  "--gst-epochs", "2", "--segment-size", "30",
+                                  "--gst-epochs", "2", "--segment-size", "30", "--repeats", "2",
                                   "--variants", "full,gst,gst-nohead", "--json", str(out)])
     assert r.exit_code == 0, r.output
     result = json.loads(out.read_text())
@@ -292,7 +292,11 @@ def test_bench_gst_compares_variants_with_full_training_on_a_collection(tmp_path
     assert [full["variant"], gst["variant"], nohead["variant"]] == ["full", "gst", "gst-nohead"]
     assert full["segments"] == 1 and gst["segments"] >= 2
     assert full["epochs"] == 1 and gst["epochs"] == nohead["epochs"] == 2
-    assert "1 epochs (2 for GST)" in r.output
+    assert "1 epochs (2 for GST)" in r.output and "seeds 0–1" in r.output
+    # each graph's τ is the mean over the two trainings (seeds 0 and 1)
+    assert [run["seed"] for run in gst["runs"]] == [0, 1]
+    np.testing.assert_allclose(gst["taus"], np.mean([run["taus"] for run in gst["runs"]], 0))
+    assert gst["seed_taus"] == pytest.approx([np.mean(run["taus"]) for run in gst["runs"]])
     assert len(gst["taus"]) == 3 and gst["lo"] <= gst["tau"] <= gst["hi"]
     assert gst["diff"][0] == pytest.approx(np.mean(np.subtract(gst["taus"], full["taus"])))
     assert gst["inside_full_ci"] == (full["lo"] <= gst["tau"] <= full["hi"])

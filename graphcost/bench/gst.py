@@ -15,9 +15,11 @@ with the same seed, and scores every model on the held-out (test) graphs:
 back-propagates one segment of S sees about 1/S of a full step's gradient signal, so
 equal epochs are not an equal budget.
 
-Each row has the mean held-out τ with its bootstrap 95% interval, whether it lies inside
-full training's interval, and the paired difference to full training (bootstrap over
-the same test graphs, which is much tighter than comparing two intervals).
+Each row has the mean held-out τ with its bootstrap 95% interval, whether it lies
+inside full training's interval, and the paired difference to full training (bootstrap
+over the same test graphs, which is much tighter than comparing two intervals). With
+`repeats` > 1 every variant is trained once per seed and each test graph's τ averaged
+over the seeds first, since retraining alone moves τ by up to ±0.1 (DESIGN §5).
 The dataset is a collection (`data`, e.g. the bundled one) or synthetic layout graphs of
 `nodes` nodes, generated alike in every process from the seed.
 """
@@ -48,7 +50,8 @@ class GstBenchSpec:
     epochs: int = 40
     gst_epochs: int = 0  # main-phase epochs of the GST variants; 0: `epochs`
     configs_per_graph: int = 16
-    seed: int = 0
+    seed: int = 0  # the synthetic graphs' seed and the first training seed
+    repeats: int = 1  # trainings per variant, seeds seed, seed + 1, …
     threads: int = 1
 
 
@@ -91,11 +94,12 @@ def load_splits(spec: GstBenchSpec) -> tuple[list, list, list]:
         split(2, spec.graphs, "test")
 
 
-def run_variant(name: str, spec: GstBenchSpec) -> dict:
-    """Train one variant and score it on the test graphs (run in a fresh process)."""
+def run_variant(name: str, spec: GstBenchSpec, seed: int) -> dict:
+    """Train one variant with one seed and score it on the test graphs (run in a fresh
+    process)."""
     import torch
 
-    from graphcost.eval.metrics import bootstrap_ci, kendall_tau
+    from graphcost.eval.metrics import kendall_tau
     from graphcost.models import Model
     from graphcost.train.trainer import TrainSettings, train
 
@@ -105,22 +109,36 @@ def run_variant(name: str, spec: GstBenchSpec) -> dict:
     kw = parse_variant(name)
     epochs = (spec.gst_epochs or spec.epochs) if kw["mode"] == "gst" else spec.epochs
     s = TrainSettings(epochs=epochs, configs_per_graph=spec.configs_per_graph,
-                      segment_size=spec.segment_size, seed=spec.seed, progress=False,
+                      segment_size=spec.segment_size, seed=seed, progress=False,
                       patience=max(10, epochs // 4), **kw)
     model = Model("ranker", "layout")
     t0 = time.perf_counter()
     result = train(model, train_graphs, valid, s)
     seconds = time.perf_counter() - t0
-    taus = np.array([kendall_tau(model.predict(g), g.target) for g in test])
-    mean, lo, hi = bootstrap_ci(taus)
+    taus = [kendall_tau(model.predict(g), g.target) for g in test]
     head = [h["valid_tau"] for h in result["history"] if h.get("phase") == "head"]
-    return {"variant": name, "tau": mean, "lo": lo, "hi": hi, "taus": taus.tolist(),
+    return {"variant": name, "seed": seed, "taus": taus,
             "epochs": sum(h.get("phase", "gst") == "gst" for h in result["history"]),
             "best_epoch": result["best_epoch"], "seconds": seconds,
             "valid_tau_before_head": (result.get("before_head") or {}).get("valid_tau"),
             "valid_tau_head_epochs": head,
             "segments": _segments(model, train_graphs, spec.segment_size) if s.mode == "gst"
             else 1}
+
+
+def combine(name: str, runs: Sequence[dict]) -> dict:
+    """One row per variant: each test graph's τ averaged over the seeds, so the interval
+    (over graphs) is not widened by retraining noise, plus each seed's own mean τ."""
+    from graphcost.eval.metrics import bootstrap_ci
+
+    taus = np.mean([r["taus"] for r in runs], axis=0)
+    mean, lo, hi = bootstrap_ci(taus)
+    return {"variant": name, "tau": mean, "lo": lo, "hi": hi, "taus": taus.tolist(),
+            "seed_taus": [float(np.mean(r["taus"])) for r in runs],
+            "epochs": int(np.median([r["epochs"] for r in runs])),
+            "best_epoch": int(np.median([r["best_epoch"] for r in runs])),
+            "seconds": float(np.mean([r["seconds"] for r in runs])),
+            "segments": runs[0]["segments"], "runs": list(runs)}
 
 
 def _segments(model, graphs: Sequence, size: int) -> float:
@@ -149,13 +167,14 @@ def bench_gst(variants: Sequence[str], spec: GstBenchSpec, jobs: int = 1,
         load_splits(spec)
     ctx = mp.get_context("spawn")
     rows: dict[str, dict] = {}
+    seeds = [spec.seed + k for k in range(max(1, spec.repeats))]
     with ProcessPoolExecutor(max_workers=max(1, jobs), mp_context=ctx) as pool:
-        futures = {pool.submit(run_variant, v, spec): v for v in variants}
-        for fut in futures:
-            row = fut.result()
-            rows[row["variant"]] = row
+        futures = [(v, [pool.submit(run_variant, v, spec, seed) for seed in seeds])
+                   for v in variants]
+        for v, runs in futures:
+            rows[v] = combine(v, [f.result() for f in runs])
             if on_row is not None:
-                on_row(row)
+                on_row(rows[v])
     full = rows.get("full")
     for row in rows.values():
         if full is not None and row is not full:
@@ -187,11 +206,15 @@ def format_gst(result: dict) -> str:
             m, lo, hi = r["head_effect"]
             lines.append(f"head fine-tuning effect on {r['variant']}: {m:+.3f} τ "
                          f"[{lo:+.3f}, {hi:+.3f}] (with minus without, same test graphs)")
-        if r.get("valid_tau_head_epochs"):
-            epochs = ", ".join(f"{t:.3f}" for t in r["valid_tau_head_epochs"])
-            lines.append(f"  {r['variant']} validation τ before the head phase "
-                         f"{r['valid_tau_before_head']:.3f}, after each head epoch {epochs} "
-                         "(head weights are kept only if they beat the best)")
+        if len(r["seed_taus"]) > 1:
+            lines.append(f"  {r['variant']} mean held-out τ of each seed: "
+                         + ", ".join(f"{t:.3f}" for t in r["seed_taus"]))
+        for run in r["runs"]:
+            if run.get("valid_tau_head_epochs"):
+                epochs = ", ".join(f"{t:.3f}" for t in run["valid_tau_head_epochs"])
+                lines.append(f"  {r['variant']} seed {run['seed']}: validation τ before the "
+                             f"head phase {run['valid_tau_before_head']:.3f}, after each head "
+                             f"epoch {epochs} (head weights are kept only if they beat the best)")
     return "\n".join(lines)
 
 
@@ -202,4 +225,6 @@ def describe(spec: GstBenchSpec) -> str:
     epochs = f"{spec.epochs} epochs" + (f" ({spec.gst_epochs} for GST)" if spec.gst_epochs
                                         else "")
     return (f"{what}; segment_size {spec.segment_size}, {epochs}, "
-            f"{spec.configs_per_graph} configs per graph and step, seed {spec.seed}")
+            f"{spec.configs_per_graph} configs per graph and step, "
+            + (f"seed {spec.seed}" if spec.repeats <= 1 else
+               f"seeds {spec.seed}–{spec.seed + spec.repeats - 1} (each graph's τ averaged)"))
