@@ -145,8 +145,7 @@ def _segments(model, graphs: Sequence, size: int) -> float:
     """Mean segments per (pruned) train graph."""
     from graphcost.models.segments import split_segments
 
-    return float(np.mean([len(split_segments(model.prepare(g), size, model.net.segment_halo))
-                          for g in graphs]))
+    return float(np.mean([len(split_segments(model.prepare(g), size)) for g in graphs]))
 
 
 def paired_difference(a: Sequence[float], b: Sequence[float], n_boot: int = 2000,

@@ -49,7 +49,7 @@ from graphcost.models.base import (
     mlp,
     pool_own,
 )
-from graphcost.models.segments import split_segments
+from graphcost.models.segments import is_segmented, split_segments
 
 
 @dataclass
@@ -260,7 +260,7 @@ class Ranker(RankingNet):
         equal to it hidden, so a score depends on the config's values alone; for g's
         own configs that is `score_configs`' own-id masking (unless g repeats a config).
         """
-        if self.s.segment_size > 0 and g.x.shape[0] > self.s.segment_size:
+        if is_segmented(g, self.s.segment_size):
             raise ValueError(f"{g.name}: this ranker encodes the graph in segments (GST), "
                              "which config_scorer does not do; use score_configs")
         dev = self.device

@@ -142,12 +142,17 @@ def halo_nodes(indptr: np.ndarray, nbrs: np.ndarray, lo: int, hi: int, hops: int
     return np.sort(np.concatenate(found)) if found else np.zeros(0, np.int64)
 
 
+def is_segmented(g: GraphTensors, size: int) -> bool:
+    """Whether `split_segments(g, size)` cuts g into more than one segment."""
+    return g.kind == "layout" and 0 < size < int(g.x.shape[0])
+
+
 def split_segments(g: GraphTensors, size: int, halo: int = 0) -> Segments:
     """Cut a layout graph into segments of about `size` nodes, each with the nodes within
     `halo` hops around it as context (size ≤ 0: one segment, g)."""
     n = int(g.x.shape[0])
     one = np.ones(1, np.float32)
-    if g.kind != "layout" or size <= 0 or n <= size:
+    if not is_segmented(g, size):
         return Segments(g, [g], one, np.array([0, n], dtype=np.int64), one)
     bounds = segment_bounds(n, g.graph.node_splits, size)
     src, dst = g.edge_index.numpy()  # both directions
@@ -168,8 +173,7 @@ def split_segments(g: GraphTensors, size: int, halo: int = 0) -> Segments:
         keep = local[v] >= 0
         edges = np.stack([local[u[keep]], local[v[keep]]])
         own = np.flatnonzero((cn >= lo) & (cn < hi))
-        ctx = np.flatnonzero((cn < lo) | (cn >= hi))
-        ctx = ctx[local[cn[ctx]] >= 0]
+        ctx = np.flatnonzero(((cn < lo) | (cn >= hi)) & (local[cn] >= 0))
         cols = np.concatenate([own, ctx])
         parts.append(GraphTensors(
             name=f"{g.name}#{s}", kind=g.kind, x=g.x[nodes], opcode=g.opcode[nodes],
