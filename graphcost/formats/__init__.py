@@ -2,15 +2,13 @@
 
 from graphcost.formats.errors import GraphFileError
 from graphcost.formats.npz import (
-    Graph,
-    LayoutGraph,
-    TileGraph,
     graph_kind,
     member_header,
     open_member_mmap,
     read_graph,
     write_graph,
 )
+from graphcost.formats.records import Graph, LayoutGraph, TileGraph
 from graphcost.formats.validate import validate_graph
 
 __all__ = [

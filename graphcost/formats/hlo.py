@@ -24,7 +24,7 @@ from google.protobuf.message import DecodeError
 
 from graphcost.formats import hlo_proto as pb
 from graphcost.formats.errors import GraphFileError
-from graphcost.formats.npz import NUM_NODE_FEATURES
+from graphcost.formats.records import NUM_NODE_FEATURES
 
 # ------------------------------------------------------------------ opcode ids (DESIGN §3)
 

@@ -24,13 +24,13 @@ from google.protobuf.message import DecodeError
 from graphcost.formats import hlo_proto as pb
 from graphcost.formats.errors import GraphFileError
 from graphcost.formats.hlo import HloGraph, module_to_graph
-from graphcost.formats.npz import (
+from graphcost.formats.npz import write_graph
+from graphcost.formats.records import (
     NUM_LAYOUT_CONFIG_FEATURES,
     NUM_TILE_CONFIG_FEATURES,
     Graph,
     LayoutGraph,
     TileGraph,
-    write_graph,
 )
 
 #: Every run or record the converter leaves out: reason key -> explanation. The rules

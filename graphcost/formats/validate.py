@@ -11,7 +11,7 @@ from pathlib import Path
 import numpy as np
 
 from graphcost.formats.errors import GraphFileError
-from graphcost.formats.npz import (
+from graphcost.formats.records import (
     NUM_LAYOUT_CONFIG_FEATURES,
     NUM_NODE_FEATURES,
     NUM_TILE_CONFIG_FEATURES,

@@ -27,7 +27,7 @@ from typing import Any
 
 import numpy as np
 
-from graphcost.formats.npz import NUM_LAYOUT_CONFIG_FEATURES, NUM_TILE_CONFIG_FEATURES
+from graphcost.formats.records import NUM_LAYOUT_CONFIG_FEATURES, NUM_TILE_CONFIG_FEATURES
 
 MAX_RANK = 6
 ROLES = ("out", "in", "kernel")  # feature blocks 0-5, 6-11, 12-17

@@ -1,0 +1,89 @@
+"""The graph records every layer shares: plain dataclasses of numpy arrays (DESIGN §1).
+
+They sit below both the `.npz` reader/writer and the validator, which each need them,
+so neither has to import the other's module to know what a graph is.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import ClassVar
+
+import numpy as np
+
+NUM_NODE_FEATURES = 140
+NUM_TILE_CONFIG_FEATURES = 24
+NUM_LAYOUT_CONFIG_FEATURES = 18
+
+TILE_KEYS = ("node_feat", "node_opcode", "edge_index", "config_feat", "config_runtime",
+             "config_runtime_normalizers")
+LAYOUT_KEYS = ("node_feat", "node_opcode", "edge_index", "node_config_ids",
+               "node_config_feat", "config_runtime", "node_splits")
+
+
+@dataclass
+class _GraphBase:
+    """What both kinds share: the program graph itself."""
+
+    name: str
+    node_feat: np.ndarray  # (n, 140) float32
+    node_opcode: np.ndarray  # (n,) int64
+    edge_index: np.ndarray  # (m, 2) int64, consumer -> producer
+
+    @property
+    def num_nodes(self) -> int:
+        return int(self.node_feat.shape[0])
+
+
+@dataclass
+class TileGraph(_GraphBase):
+    """One fused kernel with graph-level tile configurations."""
+
+    config_feat: np.ndarray  # (c, 24) float32
+    config_runtime: np.ndarray  # (c,) int64 ns
+    config_runtime_normalizers: np.ndarray  # (c,) int64 ns
+    kind: ClassVar[str] = "tile"
+
+    @property
+    def num_configs(self) -> int:
+        return int(self.config_feat.shape[0])
+
+    @property
+    def target(self) -> np.ndarray:
+        """Runtime relative to the default config: the quantity tile metrics use."""
+        return self.config_runtime / self.config_runtime_normalizers
+
+
+@dataclass
+class LayoutGraph(_GraphBase):
+    """One whole program with node-level layout configurations.
+
+    `node_config_feat` may be a read-only memory map; index it with a config subset
+    (`graph.node_config_feat[ids]`) to read just those rows.
+    """
+
+    node_config_ids: np.ndarray  # (nc,) int64
+    node_config_feat: np.ndarray  # (c, nc, 18) float32, possibly memory-mapped
+    config_runtime: np.ndarray  # (c,) float64
+    node_splits: np.ndarray  # (k,) int64
+    kind: ClassVar[str] = "layout"
+
+    @property
+    def num_configs(self) -> int:
+        return int(self.node_config_feat.shape[0])
+
+    @property
+    def target(self) -> np.ndarray:
+        return self.config_runtime
+
+    def configs(self, ids: np.ndarray) -> np.ndarray:
+        """Feature rows of the given configs, in the given order, as a float32 array."""
+        ids = np.asarray(ids, dtype=np.int64)
+        order = np.argsort(ids, kind="stable")  # sorted access is sequential on disk
+        rows = np.asarray(self.node_config_feat[ids[order]], dtype=np.float32)
+        out = np.empty_like(rows)
+        out[order] = rows
+        return out
+
+
+Graph = TileGraph | LayoutGraph
