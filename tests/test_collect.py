@@ -9,14 +9,9 @@ pytest.importorskip("jax")
 
 from graphcost.data.collection import find_collections  # noqa: E402
 from graphcost.data.inspect import validate_paths  # noqa: E402
-from graphcost.xla.collect import (  # noqa: E402
-    CollectSpec,
-    assign_splits,
-    collect,
-    plan_tasks,
-    read_log,
-)
+from graphcost.xla.collect import collect, read_log  # noqa: E402
 from graphcost.xla.measure import Protocol  # noqa: E402
+from graphcost.xla.plan import CollectSpec, assign_splits, plan_tasks  # noqa: E402
 
 FAST = Protocol(warmup=1, runs=3)
 TINY = {"per_family": 1, "families": ["mlp", "reduction"]}

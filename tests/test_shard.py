@@ -13,15 +13,9 @@ from graphcost.data.inspect import validate_paths
 from graphcost.data.synthetic import make_layout_graph, make_tile_graph
 from graphcost.formats.npz import write_graph
 from graphcost.xla import collect as collect_mod
-from graphcost.xla.collect import CollectSpec, Task, read_log
-from graphcost.xla.shard import (
-    MergeError,
-    assign_shards,
-    check_shards,
-    merge,
-    parse_shard,
-    shard_tasks,
-)
+from graphcost.xla.collect import read_log
+from graphcost.xla.plan import CollectSpec, Task, assign_shards, parse_shard, shard_tasks
+from graphcost.xla.shard import MergeError, check_shards, merge
 
 KINDS = ["layout:random", "options"]
 

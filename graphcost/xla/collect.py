@@ -23,8 +23,8 @@ import os
 import platform
 import queue
 import sys
-from collections.abc import Callable, Iterable, Sequence
-from dataclasses import asdict, dataclass, field
+from collections.abc import Callable
+from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
@@ -32,102 +32,19 @@ import numpy as np
 
 from graphcost.data.collection import SPLITS
 from graphcost.xla.measure import Protocol
+from graphcost.xla.plan import (
+    DEFAULT_PROGRAMS,
+    KINDS,
+    CollectSpec,
+    Task,
+    collection_dir,
+    collection_name,
+    plan_tasks,
+    program_table,
+    spec_dict,
+    take_shard,
+)
 from graphcost.xla.programs import family_of
-
-KINDS = ("layout:random", "layout:default", "options")
-DEFAULT_PROGRAMS = "graphcost.xla.programs:zoo"
-
-
-@dataclass
-class CollectSpec:
-    """Everything that defines a collection run (the same spec resumes the same run)."""
-
-    out: str
-    programs: list[str] = field(default_factory=lambda: [DEFAULT_PROGRAMS])
-    program_kwargs: dict[str, Any] = field(default_factory=dict)  # e.g. per_family, families
-    kinds: list[str] = field(default_factory=lambda: list(KINDS))
-    num_configs: int = 16
-    seed: int = 0
-    split_fractions: tuple[float, float, float] = (0.7, 0.15, 0.15)
-    protocol: Protocol = field(default_factory=Protocol)
-    workers: int = 0  # 0 = one per core this process may use
-    limit: int = 0  # stop after this many graphs this run (0 = all)
-    retry_failed: bool = False
-    shard: str = ""  # 'I/N': measure only shard I of N of the plan (graphcost.xla.shard)
-
-    def __post_init__(self) -> None:
-        bad = sorted(set(self.kinds) - set(KINDS))
-        if bad:
-            raise ValueError(f"unknown kinds {bad}; choose from {list(KINDS)}")
-        if self.shard:
-            from graphcost.xla.shard import parse_shard
-
-            parse_shard(self.shard)
-        if isinstance(self.protocol, dict):
-            self.protocol = Protocol(**self.protocol)
-
-
-@dataclass(frozen=True)
-class Task:
-    """One graph to measure: a program under one configuration kind."""
-
-    kind: str
-    source: str  # the MODULE:FUNCTION the program comes from
-    program: str
-    split: str
-
-    def path(self, out: str | Path) -> Path:
-        base = Path(out) / "npz"
-        folder = (base / "options" / "cpu" if self.kind == "options"
-                  else base / "layout" / "cpu" / self.kind.split(":")[1])
-        return folder / self.split / f"{_safe(self.program)}.npz"
-
-
-def _safe(name: str) -> str:
-    return "".join(c if c.isalnum() or c in "._-" else "_" for c in name)
-
-
-def assign_splits(families: Iterable[str], fractions: Sequence[float] = (0.7, 0.15, 0.15),
-                  seed: int = 0) -> dict[str, str]:
-    """Family -> split. Families are shuffled by `seed`; with 3+ families every split
-    gets at least one, so validation and test programs are of unseen families."""
-    fams = sorted(set(families))
-    rng = np.random.default_rng(seed)
-    fams = [fams[i] for i in rng.permutation(len(fams))]
-    n = len(fams)
-    counts = [int(round(f * n)) for f in fractions]
-    if n >= 3:
-        counts[1], counts[2] = max(1, counts[1]), max(1, counts[2])
-    counts[0] = max(0, n - counts[1] - counts[2])
-    out: dict[str, str] = {}
-    i = 0
-    for split, k in zip(SPLITS, counts, strict=False):
-        for f in fams[i:i + k]:
-            out[f] = split
-        i += k
-    for f in fams[i:]:
-        out[f] = "train"
-    return out
-
-
-_PROGRAM_CACHE: dict[tuple, dict[str, tuple]] = {}
-
-
-def _programs(source: str, kwargs: dict[str, Any]) -> dict[str, tuple]:
-    from graphcost.xla.programs import load_programs
-
-    key = (source, json.dumps(kwargs, sort_keys=True))
-    if key not in _PROGRAM_CACHE:
-        _PROGRAM_CACHE[key] = {n: (fn, args) for n, fn, args in load_programs(source, **kwargs)}
-    return _PROGRAM_CACHE[key]
-
-
-def plan_tasks(spec: CollectSpec) -> list[Task]:
-    """Every graph of the collection, in a stable order (programs x kinds)."""
-    names = [(src, n) for src in spec.programs for n in _programs(src, spec.program_kwargs)]
-    splits = assign_splits([family_of(n) for _, n in names], spec.split_fractions, spec.seed)
-    return [Task(kind, src, n, splits[family_of(n)]) for src, n in names for kind in spec.kinds]
-
 
 # ------------------------------------------------------------------ one graph
 
@@ -183,12 +100,6 @@ def _retime(task: Task, spec: CollectSpec) -> dict[str, Any]:
 # ------------------------------------------------------------------ the pool
 
 
-def _spec_dict(spec: CollectSpec) -> dict[str, Any]:
-    d = asdict(spec)
-    d["split_fractions"] = tuple(d["split_fractions"])
-    return d
-
-
 def run_pool(spec: CollectSpec, todo: list[tuple[Task, bool]],
              on_done: Callable[[dict[str, Any]], None],
              progress: Callable[[int], Any] | None = None) -> None:
@@ -201,7 +112,7 @@ def run_pool(spec: CollectSpec, todo: list[tuple[Task, bool]],
     n = min(spec.workers or len(cores), len(todo))
     ctx = mp.get_context("spawn")
     results = ctx.Queue()
-    spec_d = _spec_dict(spec)
+    spec_d = spec_dict(spec)
     inboxes: dict[int, Any] = {}
 
     def start(wid: int):
@@ -319,8 +230,6 @@ def collect(spec: CollectSpec, progress: Callable[[int, int], Callable[[int], An
     out.mkdir(parents=True, exist_ok=True)
     tasks = plan_tasks(spec)
     if spec.shard:  # this machine's part of the whole plan, recorded in OUT/shard.json
-        from graphcost.xla.shard import take_shard
-
         tasks = take_shard(spec, tasks)
     todo = pending_tasks(spec, tasks)
     skipped = len(tasks) - len(todo)
@@ -386,15 +295,6 @@ def _machine() -> dict[str, Any]:
             "python": platform.python_version(), "platform": platform.platform()}
 
 
-def collection_dir(out: str | Path, kind: str) -> Path:
-    """The folder of one kind's collection (its splits are subfolders)."""
-    return Task(kind, "", "x", "train").path(out).parent.parent
-
-
-def collection_name(kind: str) -> str:
-    return "options:cpu" if kind == "options" else f"layout:cpu:{kind.split(':')[1]}"
-
-
 def write_manifest(spec: CollectSpec, tasks: list[Task], noise: dict[str, Any] | None,
                    command: str | None = None) -> dict[str, dict[str, Any]]:
     """`manifest.json` in each collection's folder: how it was made and what it holds."""
@@ -406,7 +306,7 @@ def write_manifest(spec: CollectSpec, tasks: list[Task], noise: dict[str, Any] |
         noise = json.loads((Path(spec.out) / "noise.json").read_text())
     common = {
         "what": "XLA:CPU measurements of JAX programs (graphcost.xla.collect)",
-        "command": command or " ".join(sys.argv), "spec": _spec_dict(spec),
+        "command": command or " ".join(sys.argv), "spec": spec_dict(spec),
         "machine": _machine(), "jax": jax.__version__, "jaxlib": jaxlib.__version__,
     }
     manifests = {}
@@ -449,7 +349,7 @@ def measure_program(program: str, kind: str, source: str = DEFAULT_PROGRAMS,
         raise ValueError(f"unknown kind {kind!r}; choose from {list(KINDS)}")
     if core is not None:
         pin_to_core(core)
-    programs = _programs(source, program_kwargs or {})
+    programs = program_table(source, program_kwargs or {})
     if program not in programs:
         raise ValueError(f"no program {program!r} in {source}; e.g. {sorted(programs)[:5]}")
     fn, args = programs[program]

@@ -13,94 +13,32 @@ that every planned graph was written (or logged as failed) by its shard and that
 was written twice, and only then copies the graphs into one collection with one
 `log.jsonl`, `noise.json` and per-collection `manifest.json` (listing each shard's
 machine). Each graph is timed whole on one machine, so its configs stay comparable.
+
+The dealing (`assign_shards`, `take_shard`) lives in `graphcost.xla.plan`, below
+`collect`, which applies it; this module is the merge, which builds on `collect`.
 """
 
 from __future__ import annotations
 
-import hashlib
 import json
 import shutil
 from collections.abc import Sequence
-from dataclasses import asdict, dataclass
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 
 from graphcost.atomic import atomic_open
-from graphcost.xla.collect import (
+from graphcost.xla.collect import read_log, write_manifest
+from graphcost.xla.plan import (
+    FORMAT,
+    PLAN_FILE,
     CollectSpec,
     Task,
-    _spec_dict,
     collection_dir,
     collection_name,
-    read_log,
-    write_manifest,
 )
-
-FORMAT = "graphcost-shard/1"
-PLAN_FILE = "shard.json"
-# spec fields that may differ between the machines of one collection
-LOCAL_FIELDS = ("out", "workers", "limit", "retry_failed", "shard")
-
-
-def parse_shard(text: str) -> tuple[int, int]:
-    """'I/N' → (I, N) with 0 ≤ I < N."""
-    index, sep, count = str(text).partition("/")
-    try:
-        i, n = int(index), int(count)
-    except ValueError:
-        i = n = -1
-    if not sep or n < 1 or not 0 <= i < n:
-        raise ValueError(f"--shard takes I/N with 0 <= I < N (e.g. 0/4), got {text!r}")
-    return i, n
-
-
-def _key(task: Task) -> str:
-    """A graph's identity; its split follows from the plan and is left out."""
-    return hashlib.sha1(f"{task.kind}|{task.source}|{task.program}".encode()).hexdigest()
-
-
-def assign_shards(tasks: Sequence[Task], count: int) -> dict[Task, int]:
-    """Each task's shard in 0..count−1: ordered by a stable hash, then dealt round-robin."""
-    ranked = sorted(tasks, key=lambda t: (_key(t), t.kind, t.source, t.program))
-    return {t: i % count for i, t in enumerate(ranked)}
-
-
-def shard_tasks(tasks: Sequence[Task], index: int, count: int) -> list[Task]:
-    """The tasks of shard `index` of `count`, in plan order."""
-    owner = assign_shards(tasks, count)
-    return [t for t in tasks if owner[t] == index]
-
-
-def _plan_spec(spec: CollectSpec | dict[str, Any]) -> dict[str, Any]:
-    """The spec fields every shard must share (what is measured, and how)."""
-    d = _spec_dict(spec) if isinstance(spec, CollectSpec) else dict(spec)
-    return json.loads(json.dumps({k: v for k, v in d.items() if k not in LOCAL_FIELDS}))
-
-
-def take_shard(spec: CollectSpec, tasks: list[Task]) -> list[Task]:
-    """This machine's part of the full plan `tasks`; records the plan in OUT/shard.json.
-
-    Refuses an OUT that already holds a shard of another plan, so two runs cannot mix.
-    """
-    index, count = parse_shard(spec.shard)
-    owner = assign_shards(tasks, count)
-    plan = {"format": FORMAT, "shard": spec.shard, "index": index, "count": count,
-            "spec": _plan_spec(spec),
-            "plan": [{"task": asdict(t), "shard": owner[t]} for t in tasks]}
-    path = Path(spec.out) / PLAN_FILE
-    if path.exists():
-        old = json.loads(path.read_text())
-        if (old.get("index"), old.get("count"), old.get("plan")) != (index, count, plan["plan"]):
-            raise ValueError(f"{spec.out} holds shard {old.get('shard')} of another plan; "
-                             "measure this shard into a fresh folder")
-    with atomic_open(path, "w") as f:
-        json.dump(plan, f, indent=1)
-    return [t for t in tasks if owner[t] == index]
-
-
-# ---------------------------------------------------------------- merge
 
 
 class MergeError(ValueError):

@@ -1,0 +1,195 @@
+"""What a collection run measures, decided before anything is measured.
+
+The spec, its tasks (program x configuration kind, each with its family split and its
+file under OUT), and for a sharded run the shard each task belongs to, recorded in
+`OUT/shard.json`. Running the tasks (`graphcost.xla.collect`) and merging shard folders
+(`graphcost.xla.shard`) both build on this module, so neither has to import the other.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from collections.abc import Iterable, Sequence
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from graphcost.atomic import atomic_open
+from graphcost.data.collection import SPLITS
+from graphcost.xla.measure import Protocol
+from graphcost.xla.programs import family_of, load_programs
+
+KINDS = ("layout:random", "layout:default", "options")
+DEFAULT_PROGRAMS = "graphcost.xla.programs:zoo"
+
+
+@dataclass
+class CollectSpec:
+    """Everything that defines a collection run (the same spec resumes the same run)."""
+
+    out: str
+    programs: list[str] = field(default_factory=lambda: [DEFAULT_PROGRAMS])
+    program_kwargs: dict[str, Any] = field(default_factory=dict)  # e.g. per_family, families
+    kinds: list[str] = field(default_factory=lambda: list(KINDS))
+    num_configs: int = 16
+    seed: int = 0
+    split_fractions: tuple[float, float, float] = (0.7, 0.15, 0.15)
+    protocol: Protocol = field(default_factory=Protocol)
+    workers: int = 0  # 0 = one per core this process may use
+    limit: int = 0  # stop after this many graphs this run (0 = all)
+    retry_failed: bool = False
+    shard: str = ""  # 'I/N': measure only shard I of N of the plan (graphcost.xla.shard)
+
+    def __post_init__(self) -> None:
+        bad = sorted(set(self.kinds) - set(KINDS))
+        if bad:
+            raise ValueError(f"unknown kinds {bad}; choose from {list(KINDS)}")
+        if self.shard:
+            parse_shard(self.shard)
+        if isinstance(self.protocol, dict):
+            self.protocol = Protocol(**self.protocol)
+
+
+@dataclass(frozen=True)
+class Task:
+    """One graph to measure: a program under one configuration kind."""
+
+    kind: str
+    source: str  # the MODULE:FUNCTION the program comes from
+    program: str
+    split: str
+
+    def path(self, out: str | Path) -> Path:
+        base = Path(out) / "npz"
+        folder = (base / "options" / "cpu" if self.kind == "options"
+                  else base / "layout" / "cpu" / self.kind.split(":")[1])
+        return folder / self.split / f"{_safe(self.program)}.npz"
+
+
+def _safe(name: str) -> str:
+    return "".join(c if c.isalnum() or c in "._-" else "_" for c in name)
+
+
+def assign_splits(families: Iterable[str], fractions: Sequence[float] = (0.7, 0.15, 0.15),
+                  seed: int = 0) -> dict[str, str]:
+    """Family -> split. Families are shuffled by `seed`; with 3+ families every split
+    gets at least one, so validation and test programs are of unseen families."""
+    fams = sorted(set(families))
+    rng = np.random.default_rng(seed)
+    fams = [fams[i] for i in rng.permutation(len(fams))]
+    n = len(fams)
+    counts = [int(round(f * n)) for f in fractions]
+    if n >= 3:
+        counts[1], counts[2] = max(1, counts[1]), max(1, counts[2])
+    counts[0] = max(0, n - counts[1] - counts[2])
+    out: dict[str, str] = {}
+    i = 0
+    for split, k in zip(SPLITS, counts, strict=False):
+        for f in fams[i:i + k]:
+            out[f] = split
+        i += k
+    for f in fams[i:]:
+        out[f] = "train"
+    return out
+
+
+_PROGRAM_CACHE: dict[tuple, dict[str, tuple]] = {}
+
+
+def program_table(source: str, kwargs: dict[str, Any]) -> dict[str, tuple]:
+    """Name -> (function, example args) of a program source, loaded once per process."""
+    key = (source, json.dumps(kwargs, sort_keys=True))
+    if key not in _PROGRAM_CACHE:
+        _PROGRAM_CACHE[key] = {n: (fn, args) for n, fn, args in load_programs(source, **kwargs)}
+    return _PROGRAM_CACHE[key]
+
+
+def plan_tasks(spec: CollectSpec) -> list[Task]:
+    """Every graph of the collection, in a stable order (programs x kinds)."""
+    names = [(src, n) for src in spec.programs for n in program_table(src, spec.program_kwargs)]
+    splits = assign_splits([family_of(n) for _, n in names], spec.split_fractions, spec.seed)
+    return [Task(kind, src, n, splits[family_of(n)]) for src, n in names for kind in spec.kinds]
+
+
+def spec_dict(spec: CollectSpec) -> dict[str, Any]:
+    """The spec as plain fields that rebuild it (`CollectSpec(**d)`): what workers receive."""
+    d = asdict(spec)
+    d["split_fractions"] = tuple(d["split_fractions"])
+    return d
+
+
+def collection_dir(out: str | Path, kind: str) -> Path:
+    """The folder of one kind's collection (its splits are subfolders)."""
+    return Task(kind, "", "x", "train").path(out).parent.parent
+
+
+def collection_name(kind: str) -> str:
+    """The name a kind's collection is listed under (e.g. `layout:cpu:random`)."""
+    return "options:cpu" if kind == "options" else f"layout:cpu:{kind.split(':')[1]}"
+
+
+# ------------------------------------------------------------------ shards
+
+FORMAT = "graphcost-shard/1"
+PLAN_FILE = "shard.json"
+# spec fields that may differ between the machines of one collection
+LOCAL_FIELDS = ("out", "workers", "limit", "retry_failed", "shard")
+
+
+def parse_shard(text: str) -> tuple[int, int]:
+    """'I/N' → (I, N) with 0 ≤ I < N."""
+    index, sep, count = str(text).partition("/")
+    try:
+        i, n = int(index), int(count)
+    except ValueError:
+        i = n = -1
+    if not sep or n < 1 or not 0 <= i < n:
+        raise ValueError(f"--shard takes I/N with 0 <= I < N (e.g. 0/4), got {text!r}")
+    return i, n
+
+
+def _key(task: Task) -> str:
+    """A graph's identity; its split follows from the plan and is left out."""
+    return hashlib.sha1(f"{task.kind}|{task.source}|{task.program}".encode()).hexdigest()
+
+
+def assign_shards(tasks: Sequence[Task], count: int) -> dict[Task, int]:
+    """Each task's shard in 0..count−1: ordered by a stable hash, then dealt round-robin."""
+    ranked = sorted(tasks, key=lambda t: (_key(t), t.kind, t.source, t.program))
+    return {t: i % count for i, t in enumerate(ranked)}
+
+
+def shard_tasks(tasks: Sequence[Task], index: int, count: int) -> list[Task]:
+    """The tasks of shard `index` of `count`, in plan order."""
+    owner = assign_shards(tasks, count)
+    return [t for t in tasks if owner[t] == index]
+
+
+def _plan_spec(spec: CollectSpec | dict[str, Any]) -> dict[str, Any]:
+    """The spec fields every shard must share (what is measured, and how)."""
+    d = spec_dict(spec) if isinstance(spec, CollectSpec) else dict(spec)
+    return json.loads(json.dumps({k: v for k, v in d.items() if k not in LOCAL_FIELDS}))
+
+
+def take_shard(spec: CollectSpec, tasks: list[Task]) -> list[Task]:
+    """This machine's part of the full plan `tasks`; records the plan in OUT/shard.json.
+
+    Refuses an OUT that already holds a shard of another plan, so two runs cannot mix.
+    """
+    index, count = parse_shard(spec.shard)
+    owner = assign_shards(tasks, count)
+    plan = {"format": FORMAT, "shard": spec.shard, "index": index, "count": count,
+            "spec": _plan_spec(spec),
+            "plan": [{"task": asdict(t), "shard": owner[t]} for t in tasks]}
+    path = Path(spec.out) / PLAN_FILE
+    if path.exists():
+        old = json.loads(path.read_text())
+        if (old.get("index"), old.get("count"), old.get("plan")) != (index, count, plan["plan"]):
+            raise ValueError(f"{spec.out} holds shard {old.get('shard')} of another plan; "
+                             "measure this shard into a fresh folder")
+    with atomic_open(path, "w") as f:
+        json.dump(plan, f, indent=1)
+    return [t for t in tasks if owner[t] == index]
