@@ -15,17 +15,32 @@ from collections.abc import Callable
 from pathlib import Path
 
 import numpy as np
+import psutil
 
 from graphcost.data.inspect import summarize, validate_paths
 from graphcost.data.synthetic import make_layout_graph
 from graphcost.formats import LayoutGraph, read_graph, write_graph
 
 
-def _vm_kib(field: str) -> int:
+def _reset_peak() -> None:
+    """Reset the kernel's resident high-water mark (VmHWM) to the current resident set.
+
+    psutil has no peak figure on Linux and `resource.getrusage`'s ru_maxrss cannot be
+    reset, so the per-step peak needs /proc: writing 5 to clear_refs (Linux 4.0+).
+    """
+    try:
+        with open("/proc/self/clear_refs", "w") as f:
+            f.write("5")
+    except OSError:
+        pass
+
+
+def _peak_bytes() -> int:
+    """VmHWM since the last `_reset_peak`, from /proc for the same reason."""
     with open("/proc/self/status") as f:
         for line in f:
-            if line.startswith(field + ":"):
-                return int(line.split()[1])
+            if line.startswith("VmHWM:"):
+                return int(line.split()[1]) * 1024
     return 0
 
 
@@ -35,17 +50,17 @@ def measure(fn: Callable[[], object]) -> tuple[float, float, float]:
     The peak counts file pages a memory map touched, which the kernel may map in
     large runs and can drop at any time; the private figure is anonymous memory only.
     """
-    try:
-        with open("/proc/self/clear_refs", "w") as f:
-            f.write("5")  # reset the peak to the current resident set
-    except OSError:
-        pass
-    before, anon = _vm_kib("VmRSS"), _vm_kib("RssAnon")
+    proc = psutil.Process()
+    _reset_peak()
+    before = proc.memory_info()
     t = time.perf_counter()
     result = fn()
     seconds = time.perf_counter() - t
-    peak = max(0, _vm_kib("VmHWM") - before) / 1024
-    private = max(0, _vm_kib("RssAnon") - anon) / 1024
+    after = proc.memory_info()
+    peak = max(0, _peak_bytes() - before.rss) / 2**20
+    # On Linux psutil's `shared` is the file-backed (and shmem) part of `rss`, so the rest
+    # is anonymous memory (RssAnon); `uss` would also count the pages a memory map touched.
+    private = max(0, (after.rss - after.shared) - (before.rss - before.shared)) / 2**20
     del result
     return seconds, peak, private
 

@@ -283,6 +283,8 @@ def measure_noise(spec: CollectSpec, per_kind: int,
 
 
 def _machine() -> dict[str, Any]:
+    """Where the graphs were timed. The CPU model comes from /proc/cpuinfo: neither
+    psutil nor `platform` reports it (`platform.processor()` is empty or the arch)."""
     cpu = ""
     try:
         for line in Path("/proc/cpuinfo").read_text().splitlines():
