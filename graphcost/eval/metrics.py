@@ -93,16 +93,22 @@ def tile_score(pred: np.ndarray, normalized_runtime: np.ndarray) -> float:
 
 def bootstrap_ci(values: np.ndarray, n_boot: int = 1000, seed: int = 0,
                  level: float = 0.95) -> tuple[float, float, float]:
-    """Mean and percentile bootstrap interval over graphs (NaNs left out)."""
-    v = np.asarray(values, dtype=np.float64)
+    """Mean and percentile bootstrap interval over graphs (NaNs left out).
+
+    One value, or all equal, has no spread to resample: the interval is the mean itself
+    (scipy would refuse one value and could differ from the mean by rounding).
+    """
+    v = np.asarray(values, dtype=np.float64).reshape(-1)
     v = v[~np.isnan(v)]
     if v.size == 0:
         return float("nan"), float("nan"), float("nan")
-    rng = np.random.default_rng(seed)
-    means = v[rng.integers(0, v.size, size=(n_boot, v.size))].mean(1)
-    alpha = (1.0 - level) / 2.0
-    lo, hi = np.quantile(means, [alpha, 1.0 - alpha])
-    return float(v.mean()), float(lo), float(hi)
+    mean = float(v.mean())
+    if np.all(v == v[0]):
+        return mean, mean, mean
+    ci = stats.bootstrap((v,), np.mean, n_resamples=n_boot, confidence_level=level,
+                         method="percentile", vectorized=True,
+                         rng=np.random.default_rng(seed)).confidence_interval
+    return mean, float(ci.low), float(ci.high)
 
 
 @dataclass
