@@ -3,7 +3,7 @@
 `run_demo` trains the default ranker and the official-equivalent baseline on every
 bundled collection, evaluates both on the test split with 95% intervals beside the
 collection's measured noise ceiling, and writes a report. `report_run` does the
-evaluation and report for any single training run. Like `cli.py`, this module sits
+evaluation and report for any single training run. Like the CLI, this module sits
 above the layers and may call all of them.
 """
 
@@ -19,6 +19,7 @@ import numpy as np
 
 from graphcost.data.collection import Collection, find_collections, open_collection
 from graphcost.data.inspect import sample_root
+from graphcost.eval.evaluate import evaluate_model, write_json
 from graphcost.eval.report import (
     RunResult,
     format_table,
@@ -27,8 +28,8 @@ from graphcost.eval.report import (
     write_report,
 )
 from graphcost.models.model import Model
-from graphcost.train.tasks import evaluate_model, train_model, write_json
-from graphcost.train.trainer import TrainSettings
+from graphcost.models.scorer import score_graph
+from graphcost.train import TrainSettings, train_model
 
 BASELINE = {"layout": "resgcn", "tile": "sage-late"}
 # the bundled collections in the order the demo trains them; others found are added after
@@ -75,7 +76,7 @@ def scatter_samples(model: Model, coll: Collection, split: str, count: int) -> d
         if len(out) >= count:
             break
         out[g.name] = {"runtime": np.asarray(g.target, float).tolist(),
-                       "pred": model.predict(g).astype(float).tolist()}
+                       "pred": score_graph(model, g).astype(float).tolist()}
     return out
 
 

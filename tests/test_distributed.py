@@ -15,7 +15,8 @@ from graphcost.data.synthetic import make_layout_graph
 from graphcost.models import Model
 from graphcost.models.losses import LOSSES, RankingLoss
 from graphcost.train.distributed import NORMALIZERS, Context
-from graphcost.train.trainer import TrainSettings, train
+from graphcost.models import score_graph
+from graphcost.train import TrainSettings, fit
 
 # 3 losses mixed, so every normaliser is exercised; graphs of 5..20 configs, so shards of
 # one step hold unequal numbers of configs (padding, masks)
@@ -58,10 +59,10 @@ def _rank_main(rank: int, world: int, ports: list[int], root: str) -> None:
     for i, (name, extra, resume) in enumerate(jobs):
         os.environ["MASTER_PORT"] = str(ports[i])
         model = Model("ranker", "layout", **MODEL)
-        result = train(model, tr, va, TrainSettings(**SETTINGS, **extra),
+        result = fit(model, tr, va, TrainSettings(**SETTINGS, **extra),
                        base / f"{name}{suffix}", resume=resume)
         assert not torch.distributed.is_initialized()  # train destroyed its group
-        preds = np.concatenate([model.predict(g) for g in va]) if not extra else None
+        preds = np.concatenate([score_graph(model, g) for g in va]) if not extra else None
         with open(base / f"out-{i}-rank{rank}.json", "w") as f:
             json.dump({"history": [h["train_loss"] for h in result["history"]],
                        "tau": [h["valid_tau"] for h in result["history"]],
@@ -83,8 +84,8 @@ def test_two_processes_train_like_one(ddp_run, tmp_path):
     torch.set_num_threads(1)
     tr, va = data()
     model = Model("ranker", "layout", **MODEL)
-    single = train(model, tr, va, TrainSettings(**SETTINGS, progress=False), tmp_path / "one")
-    one = np.concatenate([model.predict(g) for g in va])
+    single = fit(model, tr, va, TrainSettings(**SETTINGS, progress=False), tmp_path / "one")
+    one = np.concatenate([score_graph(model, g) for g in va])
     for rank in range(2):
         ddp = out[(0, rank)]
         diff = np.asarray(ddp["preds"]) - one

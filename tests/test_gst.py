@@ -12,18 +12,11 @@ from graphcost.eval.metrics import kendall_tau
 from graphcost.models import Model
 from graphcost.models.base import collate
 from graphcost.models.segments import segment_bounds, split_segments
-from graphcost.train.gst import (
-    EmbeddingTable,
-    GstItem,
-    MemoryBudgetError,
-    SegmentReplay,
-    encode_fresh,
-    fresh_segments,
-    fresh_weight,
-    memory_budget_bytes,
-    stale_sum,
-)
-from graphcost.train.trainer import TrainSettings, train
+from graphcost.models import score_graph
+from graphcost.train.history import EmbeddingTable, fresh_weight, stale_sum
+from graphcost.train.memory import MemoryBudgetError, memory_budget_bytes
+from graphcost.train.segment_steps import GstItem, encode_fresh, fresh_segments
+from graphcost.train import TrainSettings, fit
 
 torch.set_num_threads(1)
 
@@ -151,8 +144,8 @@ def test_stale_dropout_drops_segments_alike_for_all_configs_and_up_weights_the_f
 
 
 def test_replayed_segments_give_the_exact_whole_graph_gradient():
-    """Back-propagating every segment through SegmentReplay (one segment's memory) must
-    give the same gradient as one autograd graph over all segments, dropout included."""
+    """Back-propagating every segment through checkpointed passes (one segment's memory)
+    must give the same gradient as one autograd graph over all segments, dropout included."""
     g = layout_split(0, 1, "g", nodes=200)[0]
     torch.manual_seed(0)
     m = Model("ranker", "layout", dropout=0.3).build(FeatureTransform.fit([g]))
@@ -170,11 +163,9 @@ def test_replayed_segments_give_the_exact_whole_graph_gradient():
         return out
 
     torch.manual_seed(1)
-    replay = SegmentReplay(net, torch.device("cpu"), amp=False)
-    h, parts = encode_fresh(net, [item], fresh, ids, torch.device("cpu"), replay)
+    h, parts = encode_fresh(net, [item], fresh, ids, torch.device("cpu"))
     assert h.requires_grad and len(parts[0]) == len(item.segments)
     ((net.score_embedding(h, mask) - target) ** 2).sum().backward()
-    replay.backward()
     replayed = grads()
 
     torch.manual_seed(1)
@@ -204,11 +195,11 @@ def test_gst_training_learns_and_the_head_phase_trains_only_the_head():
     s = gst_settings(epochs=6, steps_per_epoch=10, configs_per_graph=16, graphs_per_batch=4,
                      head_finetune_epochs=2, patience=100)
     model = Model("ranker", "layout")
-    result = train(model, train_graphs, valid, s)
+    result = fit(model, train_graphs, valid, s)
     assert model.settings.segment_size == 40  # prediction sums segments as training did
     assert [h["phase"] for h in result["history"]] == ["gst"] * 6 + ["head"] * 2
     assert result["before_head"] is not None
-    tau = np.mean([kendall_tau(model.predict(g), g.target) for g in test])
+    tau = np.mean([kendall_tau(score_graph(model, g), g.target) for g in test])
     print(f"GST held-out tau {tau:.3f}, before head fine-tuning "
           f"{result['before_head']['valid_tau']:.3f}")
     assert tau > 0.3
@@ -218,15 +209,15 @@ def test_gst_training_learns_and_the_head_phase_trains_only_the_head():
 def test_resume_restores_the_table_and_matches_an_uninterrupted_run(tmp_path, fresh):
     train_graphs, valid = layout_split(0, 4, "tr"), layout_split(1, 1, "va")
     s = gst_settings(epochs=2, head_finetune_epochs=1, gst_fresh_segments=fresh)
-    whole = train(Model("ranker", "layout", hidden=16), train_graphs, valid, s, tmp_path / "w")
-    killed = train(Model("ranker", "layout", hidden=16), train_graphs, valid,
+    whole = fit(Model("ranker", "layout", hidden=16), train_graphs, valid, s, tmp_path / "w")
+    killed = fit(Model("ranker", "layout", hidden=16), train_graphs, valid,
                    gst_settings(epochs=2, head_finetune_epochs=1, stop_after_epoch=2,
                                 gst_fresh_segments=fresh), tmp_path / "k")
     assert killed["stopped"]
     ckpt = torch.load(tmp_path / "k" / "last.pt", weights_only=False)
     after_main = ckpt["best_state"]["state_dict"]  # the head phase starts from the best weights
     resumed_model = Model("ranker", "layout", hidden=16)
-    resumed = train(resumed_model, train_graphs, valid, s, tmp_path / "k", resume=True)
+    resumed = fit(resumed_model, train_graphs, valid, s, tmp_path / "k", resume=True)
     for a, b in zip(whole["history"], resumed["history"], strict=True):
         assert a["phase"] == b["phase"]
         assert abs(a["train_loss"] - b["train_loss"]) < 1e-6
@@ -246,11 +237,11 @@ def test_memory_budget_refuses_full_graph_training_and_suggests_gst():
     graphs = layout_split(0, 2, "tr")
     s = TrainSettings(epochs=1, steps_per_epoch=1, progress=False, memory_budget="1M")
     with pytest.raises(MemoryBudgetError, match=r"mode=gst.*prune"):
-        train(Model("ranker", "layout", prune_hops=-1), graphs, None, s)
+        fit(Model("ranker", "layout", prune_hops=-1), graphs, None, s)
     assert memory_budget_bytes("8G") == 8 << 30 and memory_budget_bytes("off") is None
     assert 0 < memory_budget_bytes("50%") < memory_budget_bytes("100%")
     # GST is not refused: its memory is one segment's
-    train(Model("ranker", "layout", prune_hops=-1), graphs, None,
+    fit(Model("ranker", "layout", prune_hops=-1), graphs, None,
           gst_settings(epochs=1, steps_per_epoch=1, head_finetune_epochs=0, memory_budget="1M"))
 
 

@@ -4,7 +4,7 @@ import torch
 
 from graphcost.data.features import FeatureTransform
 from graphcost.data.synthetic import make_layout_graph, make_tile_graph
-from graphcost.models import Model, model_names
+from graphcost.models import Model, model_names, score_graph
 from graphcost.models.base import collate
 
 torch.set_num_threads(1)
@@ -50,7 +50,7 @@ def test_save_load_round_trip_gives_identical_predictions(name, kind, tmp_path):
     again = Model.load(path)
     assert again.name == name and again.kind == kind and again.settings == m.settings
     for g in gs:
-        np.testing.assert_array_equal(m.predict(g), again.predict(g))
+        np.testing.assert_array_equal(score_graph(m, g), score_graph(again, g))
 
 
 @pytest.mark.parametrize("kind", ["layout", "tile"])
@@ -58,13 +58,13 @@ def test_ranker_prediction_does_not_depend_on_chunks(kind):
     g = graphs(kind, count=1, num_configs=150)[0]
     m = built("ranker", kind, [g])
     assert m.settings.ref_configs < g.num_configs  # the reference set is a real subset
-    full = m.predict(g, chunk_size=4096)
-    np.testing.assert_allclose(m.predict(g, chunk_size=7), full, atol=1e-5, rtol=1e-5)
+    full = score_graph(m, g, chunk_size=4096)
+    np.testing.assert_allclose(score_graph(m, g, chunk_size=7), full, atol=1e-5, rtol=1e-5)
     perm = np.random.default_rng(1).permutation(g.num_configs)
-    np.testing.assert_allclose(m.predict(g, perm, chunk_size=13), full[perm], atol=1e-5,
+    np.testing.assert_allclose(score_graph(m, g, perm, chunk_size=13), full[perm], atol=1e-5,
                                rtol=1e-5)
     subset = perm[:9]
-    np.testing.assert_allclose(m.predict(g, subset, chunk_size=4), full[subset], atol=1e-5,
+    np.testing.assert_allclose(score_graph(m, g, subset, chunk_size=4), full[subset], atol=1e-5,
                                rtol=1e-5)
 
 
@@ -96,4 +96,4 @@ def test_wrong_kind_and_unknown_model_are_refused():
         Model("nope", "layout")
     m = built("ranker", "layout", graphs("layout", 1))
     with pytest.raises(ValueError, match="cannot score"):
-        m.predict(graphs("tile", 1)[0])
+        score_graph(m, graphs("tile", 1)[0])

@@ -76,12 +76,12 @@ def load_splits(spec: GstBenchSpec) -> tuple[list, list, list]:
     """Train, valid and test graphs: the collection's splits, or seeded synthetic ones."""
     if spec.data is not None:
         from graphcost.data.collection import open_collection
-        from graphcost.train.tasks import split_graphs
 
         coll = open_collection(spec.data)
         if coll.kind != "layout":
             raise ValueError(f"{spec.data}: GST trains layout collections, not {coll.kind}")
-        train, valid, test = (split_graphs(coll, s) for s in ("train", "valid", "test"))
+        train, valid, test = (list(coll.graphs(s, lazy=True)) for s in ("train", "valid",
+                                                                         "test"))
         return train, valid, test
     from graphcost.data.synthetic import make_layout_graph
 
@@ -100,8 +100,8 @@ def run_variant(name: str, spec: GstBenchSpec, seed: int) -> dict:
     import torch
 
     from graphcost.eval.metrics import kendall_tau
-    from graphcost.models import Model
-    from graphcost.train.trainer import TrainSettings, train
+    from graphcost.models import Model, score_graph
+    from graphcost.train import TrainSettings, fit
 
     if spec.threads:
         torch.set_num_threads(spec.threads)
@@ -113,12 +113,12 @@ def run_variant(name: str, spec: GstBenchSpec, seed: int) -> dict:
                       patience=max(10, epochs // 4), **kw)
     model = Model("ranker", "layout")
     t0 = time.perf_counter()
-    result = train(model, train_graphs, valid, s)
+    result = fit(model, train_graphs, valid, s)
     seconds = time.perf_counter() - t0
-    taus = [kendall_tau(model.predict(g), g.target) for g in test]
+    taus = [kendall_tau(score_graph(model, g), g.target) for g in test]
     head = [h["valid_tau"] for h in result["history"] if h.get("phase") == "head"]
     return {"variant": name, "seed": seed, "taus": taus,
-            "epochs": sum(h.get("phase", "gst") == "gst" for h in result["history"]),
+            "epochs": sum(h["phase"] != "head" for h in result["history"]),
             "best_epoch": result["best_epoch"], "seconds": seconds,
             "valid_tau_before_head": (result.get("before_head") or {}).get("valid_tau"),
             "valid_tau_head_epochs": head,

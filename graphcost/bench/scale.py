@@ -11,7 +11,7 @@ lazily from an uncompressed `.npz`), trains the default ranker in each mode:
   default of `--set mode=gst`): memory of one segment, compute of a full step.
 
 Each (size, mode) runs in a fresh spawned process, so its peak RSS is its own. A full
-or pruned step whose memory estimate (`train.gst.check_full_graph_memory`) exceeds the
+or pruned step whose memory estimate (`train.memory.check_full_graph_memory`) exceeds the
 budget is skipped and reported as such, not run into the OOM killer. Growth with size
 is summarised by the exponent k of a least-squares fit  metric ∝ nodesᵏ.
 """
@@ -61,8 +61,7 @@ def measure(path: str | Path, mode: str, configs: int = 32, steps: int = 3,
 
     from graphcost.formats import read_graph
     from graphcost.models.model import Model
-    from graphcost.train.gst import MemoryBudgetError
-    from graphcost.train.trainer import TrainSettings, train
+    from graphcost.train import MemoryBudgetError, TrainSettings, fit
 
     if threads:
         torch.set_num_threads(threads)
@@ -78,7 +77,7 @@ def measure(path: str | Path, mode: str, configs: int = 32, steps: int = 3,
                       memory_budget=memory_budget)
     t0 = time.perf_counter()
     try:
-        history = train(model, [graph], None, s)["history"]
+        history = fit(model, [graph], None, s)["history"]
     except MemoryBudgetError as e:
         row.update(skipped=str(e))
         return row

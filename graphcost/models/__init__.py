@@ -1,8 +1,11 @@
-"""Ranking models: the default ranker, the official-equivalent baselines and losses."""
+"""Ranking models: the default ranker, the official-equivalent baselines, losses, and the
+one config scorer every score comes from."""
 
 from graphcost.models.losses import RankingLoss, listmle, mse, pairwise_hinge
-from graphcost.models.model import MODELS, Model, baselines, load_model, model_names
+from graphcost.models.model import MODELS, Model, as_model, baselines, load_model, model_names
 from graphcost.models.ranker import Ranker, RankerSettings, reference_ids
+from graphcost.models.scorer import ConfigScorer, rank_file, score_graph
 
-__all__ = ["MODELS", "Model", "Ranker", "RankerSettings", "RankingLoss", "baselines",
-           "listmle", "load_model", "model_names", "mse", "pairwise_hinge", "reference_ids"]
+__all__ = ["MODELS", "ConfigScorer", "Model", "Ranker", "RankerSettings", "RankingLoss",
+           "as_model", "baselines", "listmle", "load_model", "model_names", "mse",
+           "pairwise_hinge", "rank_file", "reference_ids", "score_graph"]

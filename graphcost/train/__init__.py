@@ -1,5 +1,8 @@
-"""Training loop, checkpoints and the train/evaluate/predict/submit/bench verbs."""
+"""Training: one loop (`fit`) over step strategies, checkpoints, DDP and the memory budget."""
 
-from graphcost.train.trainer import TrainSettings, train
+from graphcost.train.loop import fit
+from graphcost.train.memory import MemoryBudgetError
+from graphcost.train.run import train_model
+from graphcost.train.settings import TrainSettings
 
-__all__ = ["TrainSettings", "train"]
+__all__ = ["MemoryBudgetError", "TrainSettings", "fit", "train_model"]

@@ -1,0 +1,58 @@
+"""Evaluate a model on a split: per-graph metrics and means with 95% intervals."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import numpy as np
+
+from graphcost.data.collection import open_collection
+from graphcost.eval.metrics import evaluate_graphs
+from graphcost.models.model import Model, as_model
+from graphcost.models.scorer import score_graph
+
+
+def evaluate_model(model: Model | str | Path, data: str | Path, split: str = "valid",
+                   max_configs: int = 0, chunk_size: int = 1024, device: str = "cpu") -> dict:
+    """Metrics of a model on every graph of a split, with bootstrap 95% intervals.
+
+    `max_configs` > 0 scores a fixed seeded subset of that many configs per graph (like
+    the official eval indices); 0 scores every config.
+    """
+    m = as_model(model, device)
+    coll = open_collection(data)
+    preds, runtimes = {}, {}
+    for g in coll.graphs(split):
+        ids = None
+        if max_configs and g.num_configs > max_configs:
+            ids = np.sort(np.random.default_rng(0).choice(g.num_configs, max_configs, False))
+        preds[g.name] = score_graph(m, g, ids, chunk_size)
+        target = np.asarray(g.target, dtype=np.float64)
+        runtimes[g.name] = target if ids is None else target[ids]
+    report = evaluate_graphs(coll.kind, preds, runtimes)
+    report.update(collection=coll.name, split=split, model=m.name)
+    return report
+
+
+def format_report(report: dict) -> str:
+    """The per-graph table and the summary means with their 95% intervals."""
+    cols = ["configs", "kendall_tau", "opa", "slowdown@1", "slowdown@5", "score"]
+    width = max([5] + [len(n) for n in report["graphs"]])
+    lines = [f"{'graph':<{width}} " + " ".join(f"{c:>11}" for c in cols)]
+    for name, row in report["graphs"].items():
+        lines.append(f"{name:<{width}} " + " ".join(
+            f"{row[c]:>11d}" if c == "configs" else f"{row[c]:>11.4f}" for c in cols))
+    lines.append("")
+    lines.append(f"{report.get('collection', '')} {report.get('split', '')} "
+                 f"({len(report['graphs'])} graphs), mean [95% interval]:")
+    for metric, v in report["summary"].items():
+        lines.append(f"  {metric:<12} {v['mean']:.4f} [{v['lo']:.4f}, {v['hi']:.4f}]")
+    return "\n".join(lines)
+
+
+def write_json(report: dict, path: str | Path) -> Path:
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(json.dumps(report, indent=1, default=float))
+    return path

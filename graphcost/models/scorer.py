@@ -1,0 +1,129 @@
+"""The one config scorer: every score of a configuration comes from here.
+
+Evaluation, prediction, submissions, validation during training, autotuning and the
+benchmarks all score configurations of one graph at a time. `ConfigScorer` prepares
+the graph once (pruned and transformed as the model sees it) and scores in chunks of
+bounded memory, always in eval mode (no dropout, whatever mode the network was left in):
+
+- `scores(ids)`: the graph's own configurations (default all), as measured data has them;
+- `rank()`: all of them fastest first;
+- `candidates()`: a function scoring raw configurations that need not be in the graph
+  (autotuning). For networks offering `config_scorer` (the ranker), the
+  config-independent states are computed once, so each call runs only the layers a
+  configuration changes.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Callable
+from contextlib import contextmanager
+from pathlib import Path
+
+import numpy as np
+import torch
+
+from graphcost.formats import Graph, read_graph
+from graphcost.models.base import GraphTensors
+from graphcost.models.model import Model, as_model
+
+
+@contextmanager
+def eval_mode(net: torch.nn.Module):
+    """Run with dropout off, then put the network back in the mode it was in."""
+    was_training = net.training
+    net.eval()
+    try:
+        yield net
+    finally:
+        net.train(was_training)
+
+
+class ConfigScorer:
+    """Scores (lower = faster) of configurations of one graph under one model."""
+
+    def __init__(self, model: Model, graph: Graph | GraphTensors, chunk_size: int = 1024):
+        if model.net is None:
+            raise RuntimeError("the model is not fitted: train it (graphcost.train.fit) "
+                               "or load() one")
+        self.model, self.net, self.chunk_size = model, model.net, chunk_size
+        self.graph = graph
+        self._tensors = graph if isinstance(graph, GraphTensors) else None
+        self._cached: Callable[[torch.Tensor], torch.Tensor] | None = None
+
+    @property
+    def tensors(self) -> GraphTensors:
+        """The graph as the network sees it, prepared on first use."""
+        if self._tensors is None:
+            self._tensors = self.model.prepare(self.graph)
+        return self._tensors
+
+    def scores(self, ids: np.ndarray | None = None) -> np.ndarray:
+        """Scores of the graph's configs `ids` (default: all)."""
+        gt = self.tensors
+        ids = np.arange(gt.num_configs) if ids is None else np.asarray(ids, dtype=np.int64)
+        if ids.size == 0:
+            return np.zeros(0, dtype=np.float32)
+        with eval_mode(self.net):
+            return self.net.score_configs(gt, ids, self.chunk_size).numpy()
+
+    def rank(self) -> tuple[np.ndarray, np.ndarray]:
+        """All config indices fastest first (ties by index) and their scores."""
+        scores = self.scores()
+        return np.argsort(scores, kind="stable"), scores
+
+    def candidates(self, cache: bool = True) -> Callable[[np.ndarray], np.ndarray]:
+        """A function scoring raw configurations of the graph's program: (C, nc, 18)
+        layouts of its configurable nodes, or (C, 24) tile/option features. A config of
+        the graph gets the score `scores` gives it (for graphs without repeated configs).
+
+        With `cache` the graph-side work is done here, once; `cache=False` redoes it on
+        every call (the same scores, to measure what the cache saves)."""
+        with eval_mode(self.net):
+            cached = self._candidate_fn() if cache else None
+
+        def score(configs: np.ndarray) -> np.ndarray:
+            raw = np.asarray(configs, dtype=np.float32)
+            if raw.shape[0] == 0:
+                return np.zeros(0, dtype=np.float32)
+            transform = self.model.transform
+            assert transform is not None
+            x = torch.from_numpy(transform.tile_config(raw) if self.model.kind == "tile"
+                                 else raw)
+            with eval_mode(self.net):
+                return (cached or self._candidate_fn(fresh=True))(x).numpy()
+
+        return score
+
+    def _candidate_fn(self, fresh: bool = False) -> Callable[[torch.Tensor], torch.Tensor]:
+        """The tensor-level scorer of candidates; `fresh` prepares the graph anew."""
+        redo = fresh and not isinstance(self.graph, GraphTensors)
+        gt = self.model.prepare(self.graph) if redo else self.tensors
+        net, size = self.net, self.chunk_size
+        make = getattr(net, "config_scorer", None)
+        if make is not None:
+            return make(gt, size)
+
+        def independent(configs: torch.Tensor) -> torch.Tensor:  # configs do not interact
+            n = configs.shape[0]
+            if gt.kind == "tile":
+                one = dataclasses.replace(gt, tile_configs=configs, runtime=np.zeros(n))
+            else:
+                g = dataclasses.replace(gt.graph, node_config_feat=configs.numpy(),
+                                        config_runtime=np.zeros(n))
+                one = dataclasses.replace(gt, graph=g, runtime=np.zeros(n))
+            return net.score_configs(one, np.arange(n), size)
+
+        return independent
+
+
+def rank_file(model: Model | str | Path, path: str | Path, chunk_size: int = 1024,
+              device: str = "cpu") -> tuple[np.ndarray, np.ndarray]:
+    """Config indices of one `.npz` fastest first, and every config's score."""
+    return ConfigScorer(as_model(model, device), read_graph(path), chunk_size).rank()
+
+
+def score_graph(model: Model, graph: Graph | GraphTensors, ids: np.ndarray | None = None,
+                chunk_size: int = 1024) -> np.ndarray:
+    """Scores of a graph's configs `ids` (default: all): `ConfigScorer(...).scores(ids)`."""
+    return ConfigScorer(model, graph, chunk_size).scores(ids)

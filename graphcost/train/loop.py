@@ -1,0 +1,185 @@
+"""The one training loop (nanoGPT style): every kind of training runs through `fit`.
+
+Each step takes B graphs and hands them to the step strategy (`steps.py`,
+`segment_steps.py`), which samples C configs of each and returns the loss; `fit` does
+the rest, the same for every strategy: AdamW with parameter groups, linear warm-up and
+cosine decay, gradient clipping, validation τ / OPA / score on a fixed config subset per
+graph after every epoch, early stopping, the best weights kept, and an optional final
+phase training only the head (GST).
+
+Run directory: `best.pt` (the best model, loadable with `Model.load`), `last.pt` (the
+full training state, written atomically after every epoch) and `metrics.jsonl` (one
+line per epoch). `resume=True` restores weights, optimiser, scheduler, phase and the
+python, numpy and torch RNG states from `last.pt`, so a killed run that is resumed ends
+exactly where an uninterrupted one would. Under torchrun, full-graph training runs
+data-parallel (`distributed.py`); only rank 0 writes files and prints.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import time
+from collections.abc import Sequence
+from pathlib import Path
+
+import torch
+from tqdm import tqdm
+
+from graphcost.data.features import FeatureTransform
+from graphcost.formats import Graph
+from graphcost.models.model import Model, atomic_save
+from graphcost.train import distributed
+from graphcost.train.checkpoint import BestSoFar, rng_state, seed_everything, set_rng_state
+from graphcost.train.optim import optimiser
+from graphcost.train.sampling import epoch_order, validation_ids
+from graphcost.train.segment_steps import HistoryStep, SegmentStep
+from graphcost.train.settings import TrainSettings
+from graphcost.train.steps import FullGraphStep, Step
+from graphcost.train.validation import validate
+
+
+def step_strategy(s: TrainSettings) -> type[Step]:
+    """The strategy the settings ask for (see `steps.py`)."""
+    if s.mode == "full":
+        return FullGraphStep
+    return SegmentStep if s.gst_fresh_segments <= 0 else HistoryStep
+
+
+@distributed.in_process_group  # under torchrun: DDP across the processes
+def fit(model: Model, train_graphs: Sequence[Graph], valid_graphs: Sequence[Graph] | None = None,
+        settings: TrainSettings | None = None, out_dir: str | Path | None = None,
+        resume: bool = False) -> dict:
+    """Train `model` on graphs; returns {'history', 'best_epoch', 'best_score', 'out_dir',
+    'stopped', 'before_head'} and what the strategy reports (GST: 'table_bytes').
+
+    Leaves the best weights (by validation score; by train loss without validation
+    graphs) in `model`. `before_head` holds the validation metrics of the best weights
+    before a head-only phase (None without one).
+    """
+    s = settings or TrainSettings()
+    s.check()
+    if not train_graphs:
+        raise ValueError("no train graphs")
+    ctx = distributed.context(s.device)  # rank and world size (1 without torchrun)
+    out = Path(out_dir) if out_dir is not None and ctx.is_main else None  # rank 0 writes
+    if out is not None:
+        out.mkdir(parents=True, exist_ok=True)
+    last = out / "last.pt" if out is not None else None
+
+    rng = seed_everything(s.seed)
+    resuming = resume and last is not None and last.exists()
+    ckpt = torch.load(last, map_location="cpu", weights_only=False) if resuming else None
+    ckpt = ctx.broadcast(ckpt)  # rank 0's last.pt restores every rank
+    strategy = step_strategy(s)
+    strategy.configure(model, s)
+    if ckpt is not None:  # the transform and weights of the run being resumed
+        model.build(FeatureTransform.from_dict(ckpt["model"]["transform"]))
+        model.net.load_state_dict(ckpt["model"]["state_dict"])
+    else:
+        model.build(FeatureTransform.fit(train_graphs))
+    net = model.net.to(ctx.device)
+    step = strategy(model, ctx.wrap(net), train_graphs, s, ctx, out)
+    valid = [(gt, validation_ids(gt, s.valid_configs, s.seed))
+             for gt in (model.prepare(g) for g in (valid_graphs or []))]
+
+    b = max(1, min(s.graphs_per_batch, len(step)))  # the global batch, split across ranks
+    ctx.check_batch(b)
+    per_epoch = s.steps_per_epoch or -(-len(step) // b)
+
+    def phase_optimiser(head: bool):
+        """A fresh optimiser for the main phase, or the head phase (no warm-up)."""
+        params = step.parameters(head)
+        cfg = dataclasses.replace(s, warmup_steps=0) if head else s
+        epochs = step.head_epochs if head else s.epochs
+        return params, *optimiser(net, params, cfg, epochs * per_epoch)
+
+    start, best, history, main_end, before_head = 1, BestSoFar(), [], None, None
+    if ckpt is not None:
+        start, history = ckpt["epoch"] + 1, ckpt["history"]
+        best = BestSoFar.from_checkpoint(ckpt)
+        main_end, before_head = ckpt["main_end"], ckpt["before_head"]
+        set_rng_state(rng, ckpt["rng"])
+    step.resume(start - 1)
+    if main_end is not None:
+        step.begin_head(main_end + 1)
+    params, opt, sched = phase_optimiser(main_end is not None)
+    if ckpt is not None:
+        opt.load_state_dict(ckpt["optimizer"])
+        sched.load_state_dict(ckpt["scheduler"])
+    if out is not None:  # drop lines of epochs that a killed run logged after its checkpoint
+        (out / "metrics.jsonl").write_text("".join(json.dumps(h) + "\n" for h in history))
+
+    stopped, epoch = False, start
+    try:
+        while True:
+            if main_end is None and (epoch > s.epochs or best.bad >= s.patience):
+                if not step.head_epochs:
+                    break
+                main_end = epoch - 1  # the head phase starts from the best weights
+                best.restore(net)
+                before_head = validate(model, valid, s.chunk_size, ctx) if valid else None
+                step.begin_head(epoch)
+                params, opt, sched = phase_optimiser(True)
+            if main_end is not None and epoch > main_end + step.head_epochs:
+                break
+            head = main_end is not None
+            net.train()
+            t0, seen_graphs, seen_configs, losses = time.perf_counter(), 0, 0, []
+            order = epoch_order(rng, len(step), per_epoch, b)
+            bar = tqdm(range(per_epoch), desc=f"{'head' if head else step.name} epoch "
+                       f"{epoch}/{s.epochs}", disable=not (s.progress and ctx.is_main),
+                       leave=False)
+            for i in bar:
+                graphs = order[i * b:(i + 1) * b]
+                loss, configs = step.loss(graphs, rng, epoch)
+                opt.zero_grad(set_to_none=True)
+                loss.backward()
+                if s.grad_clip > 0:
+                    torch.nn.utils.clip_grad_norm_(params, s.grad_clip)
+                opt.step()
+                sched.step()
+                losses.append(loss.item())
+                seen_graphs += len(graphs)
+                seen_configs += configs
+                rate = seen_configs / max(time.perf_counter() - t0, 1e-9)
+                bar.set_postfix(loss=f"{losses[-1]:.4f}", cfg_s=f"{rate:.0f}")
+            losses, seen_configs = ctx.all_mean(losses), ctx.all_sum(seen_configs)  # all ranks
+            seconds = time.perf_counter() - t0
+            row = {"epoch": epoch, "phase": "head" if head else step.name,
+                   "step": epoch * per_epoch, "lr": sched.get_last_lr()[0],
+                   "train_loss": sum(losses) / len(losses), "seconds": seconds,
+                   "seconds_per_step": seconds / per_epoch,
+                   "graphs_per_s": seen_graphs / seconds, "configs_per_s": seen_configs / seconds,
+                   **step.stats()}
+            if valid:
+                row.update(validate(model, valid, s.chunk_size, ctx))
+                score = row["valid_score"]
+            else:
+                score = -row["train_loss"]
+            best.update(score, epoch, model, out / "best.pt" if out is not None else None,
+                        count_bad=not head)
+            row["best_epoch"] = best.epoch
+            history.append(row)
+            if out is not None:
+                with open(out / "metrics.jsonl", "a") as f:
+                    f.write(json.dumps(row) + "\n")
+                atomic_save({"model": model.state(), "optimizer": opt.state_dict(),
+                             "scheduler": sched.state_dict(), "rng": rng_state(rng),
+                             "epoch": epoch, **best.checkpoint(), "history": history,
+                             "main_end": main_end, "before_head": before_head,
+                             "settings": dataclasses.asdict(s)}, out / "last.pt")
+            if s.progress and ctx.is_main:
+                tqdm.write(" ".join(f"{k}={v:.4g}" if isinstance(v, float) else f"{k}={v}"
+                                    for k, v in row.items()))
+            if s.stop_after_epoch and epoch >= s.stop_after_epoch:
+                stopped = True
+                break
+            epoch += 1
+    finally:
+        closing = step.close()
+    if not stopped:
+        best.restore(net)
+        net.to(ctx.device)
+    return {"history": history, "best_epoch": best.epoch, "best_score": best.score,
+            "out_dir": out, "stopped": stopped, "before_head": before_head, **closing}

@@ -1,0 +1,39 @@
+"""Train a model on a collection folder: what `graphcost train` runs."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+from graphcost.data.collection import open_collection
+from graphcost.models.model import Model
+from graphcost.train.distributed import is_main_process
+from graphcost.train.loop import fit
+from graphcost.train.settings import TrainSettings
+
+
+def train_model(data: str | Path, model: str = "ranker", out_dir: str | Path = "runs/model",
+                settings: TrainSettings | None = None, model_settings: dict[str, Any] | None = None,
+                resume: bool = False) -> tuple[Model, dict]:
+    """Train on a collection's `train` split (or its only split), validating on `valid`.
+
+    Writes `run.json` (what was trained on), `best.pt`, `last.pt`, `metrics.jsonl` and,
+    when training finishes, `model.pt` (the best weights) under `out_dir`.
+    """
+    coll = open_collection(data)
+    train_split = "train" if "train" in coll.splits else next(iter(coll.splits))
+    valid = list(coll.graphs("valid", lazy=True)) if "valid" in coll.splits else None
+    m = Model(model, coll.kind, **(model_settings or {}))
+    main = is_main_process()  # under torchrun only rank 0 writes files
+    if main:
+        run = Path(out_dir) / "run.json"
+        run.parent.mkdir(parents=True, exist_ok=True)
+        run.write_text(json.dumps({"data": str(Path(data).resolve()), "collection": coll.name,
+                                   "model": model, "model_settings": model_settings or {}},
+                                  indent=1))
+    result = fit(m, list(coll.graphs(train_split, lazy=True)), valid, settings, out_dir, resume)
+    if main and not result["stopped"]:
+        m.save(Path(out_dir) / "model.pt")
+    result["collection"] = coll.name
+    return m, result

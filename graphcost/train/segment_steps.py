@@ -1,0 +1,235 @@
+"""Graph Segment Training (GST, DESIGN §6): the segment step strategies.
+
+A graph is cut into contiguous segments of ~`segment_size` nodes (`models/segments.py`)
+and its embedding is the SUM of its segments' embeddings, so a step never holds more
+than one segment's activations:
+
+- `SegmentStep` back-propagates every segment, each under `torch.utils.checkpoint`:
+  the forward pass keeps no activations and the backward pass recomputes one segment at
+  a time with the same dropout draws, so the gradient is exactly the segmented model's,
+  at about 4/3 of a full step's compute (time per step still grows with the graph).
+- `HistoryStep` is the paper's GST: k sampled segments per graph are back-propagated
+  (`gst_fresh_segments`), every other segment's embedding comes from the
+  `EmbeddingTable` of historical embeddings, with stale embedding dropout; the fresh
+  ones are written back. Time per step does not grow with the graph; it learns less
+  per epoch (`graphcost bench gst` measures how much).
+
+Both end with `head_finetune_epochs` in which the encoder is frozen and only the head
+(`score_embedding`) trains on exact embeddings of every segment: the table, filled once
+with the frozen encoder, is then exact, so these steps are cheap. Entries never written
+are computed on demand (no gradient, one segment at a time); to bound that and the
+table, each graph trains on a fixed subset of at most `gst_max_configs` configs (the
+official baselines cap at 1000 for the same reason). A GST-trained model predicts by
+summing segment embeddings too (`segment_size` is saved in its settings).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import shutil
+import tempfile
+from collections.abc import Sequence
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+import torch
+from torch import Tensor, nn
+from torch.utils.checkpoint import checkpoint
+
+from graphcost.formats import Graph
+from graphcost.models.base import GraphTensors, collate
+from graphcost.models.model import Model
+from graphcost.models.segments import Segments, split_segments
+from graphcost.train import distributed
+from graphcost.train.history import EmbeddingTable, fresh_weight, stale_sum
+from graphcost.train.sampling import sample_configs, train_config_ids
+from graphcost.train.settings import TrainSettings
+from graphcost.train.steps import Step
+
+
+@dataclass
+class GstItem:
+    gt: GraphTensors
+    configs: np.ndarray  # (c,) config ids trained on; the table's slot k is configs[k]
+    segments: Segments
+
+
+def fresh_segments(rng: np.random.Generator, count: int, k: int) -> np.ndarray:
+    """The segments of a graph back-propagated this step: k sampled ones (k ≤ 0: all)."""
+    if k <= 0 or k >= count:
+        return np.arange(count)
+    if k == 1:
+        return np.array([rng.integers(count)])
+    return np.sort(rng.choice(count, k, replace=False))
+
+
+def encode_fresh(net: nn.Module, items: Sequence[GstItem], fresh: Sequence[np.ndarray],
+                 ids: Sequence[np.ndarray],
+                 device: torch.device) -> tuple[Tensor, list[list[Tensor]]]:
+    """(B, C, d) sums of each graph's fresh segments, differentiable, and each fresh
+    segment's own (C, d) embedding (for the table). One fresh segment per graph: one
+    batched pass with an ordinary autograd graph; more: one checkpointed pass per segment,
+    recomputed one at a time in the backward pass (one segment's memory)."""
+    if all(f.size == 1 for f in fresh):
+        batch = collate([(it.segments.parts[int(f[0])], i) for it, f, i
+                         in zip(items, fresh, ids, strict=True)]).to(device)
+        share = torch.stack([it.segments.weight(int(f[0])) for it, f
+                             in zip(items, fresh, strict=True)]).to(device)
+        h = net.encode_segment(batch, share)
+        return h, [[h[k]] for k in range(len(items))]
+
+    def segment(item: GstItem, seg: int, i: np.ndarray) -> Tensor:
+        def encode(share: Tensor) -> Tensor:  # collated inside: nothing kept but `share`
+            return net.encode_segment(collate([(item.segments.parts[seg], i)]).to(device),
+                                      share)[0]
+
+        # `share` on `device` lets checkpoint stash and restore that device's RNG too
+        return checkpoint(encode, item.segments.weight(seg)[None].to(device),
+                          use_reentrant=False)
+
+    parts = [[segment(it, int(seg), i) for seg in f]
+             for it, f, i in zip(items, fresh, ids, strict=True)]
+    return torch.stack([torch.stack(p).sum(0) for p in parts]), parts
+
+
+class SegmentStep(Step):
+    """Every segment of every graph back-propagated, one segment's memory at a time."""
+
+    name = "gst"
+
+    @staticmethod
+    def configure(model: Model, s: TrainSettings) -> None:
+        if model.kind != "layout":
+            raise ValueError("GST trains layout models (tile graphs are small: use mode=full)")
+        if not hasattr(model.settings, "segment_size") or not hasattr(model.spec.net,
+                                                                       "encode_segment"):
+            raise ValueError(f"model '{model.name}' has no segment hooks; GST supports "
+                             "ranker and resgcn")
+        model.settings = dataclasses.replace(model.settings, segment_size=s.segment_size)
+
+    def __init__(self, model: Model, net: nn.Module, graphs: Sequence[Graph], s: TrainSettings,
+                 ctx: distributed.Context, out: Path | None):
+        super().__init__(model, net, graphs, s, ctx, out)
+        self.net = net = model.net  # one process: never DDP-wrapped (see distributed.py)
+        self.head_epochs = s.head_finetune_epochs
+        self.items: list[GstItem] = []
+        for n, g in enumerate(graphs):
+            gt = model.prepare(g)
+            ids = train_config_ids(g, s.dedup, s.gst_max_configs, (s.seed, n))
+            if ids.size >= 2:
+                self.items.append(GstItem(gt, ids, split_segments(gt, s.segment_size,
+                                                                  net.segment_halo)))
+        if not self.items:
+            raise ValueError("no train graph has two or more configs")
+        with torch.no_grad():
+            probe = self.items[0].segments.encode(net, self.items[0].configs[:1], [0])
+        self.tmp = None if out is not None else Path(tempfile.mkdtemp(prefix="gst-"))
+        self.table = EmbeddingTable((out or self.tmp) / "gst_table",
+                                    [(it.configs.size, len(it.segments)) for it in self.items],
+                                    probe.shape[-1], resume=True)  # `resume` forgets
+        self.head_since: int | None = None  # first epoch of the head phase
+        self.ages: list[np.ndarray] = []
+
+    def __len__(self) -> int:
+        return len(self.items)
+
+    def parameters(self, head: bool = False) -> list[nn.Parameter]:
+        return self.net.head_parameters() if head else list(self.net.parameters())
+
+    def begin_head(self, epoch: int) -> None:
+        self.head_since = epoch
+
+    def resume(self, epoch: int) -> None:
+        self.table.forget_after(epoch)
+
+    def loss(self, graphs: np.ndarray, rng: np.random.Generator, epoch: int) -> tuple[Tensor, int]:
+        s, dev = self.s, self.device
+        gis = [int(i) for i in graphs]
+        chosen = [self.items[i] for i in gis]
+        slots = [sample_configs(rng, np.arange(it.configs.size), it.gt.runtime[it.configs],
+                                s.configs_per_graph, s.fast_bias) for it in chosen]
+        c = max(sl.size for sl in slots)
+        mask = torch.stack([torch.arange(c) < sl.size for sl in slots]).to(dev)
+        slots = [np.concatenate([sl, np.full(c - sl.size, sl[0], sl.dtype)]) for sl in slots]
+        runtime = torch.stack([torch.as_tensor(it.gt.runtime[it.configs[sl]], dtype=torch.float32)
+                               for it, sl in zip(chosen, slots, strict=True)]).to(dev)
+        with torch.autocast(dev.type, dtype=torch.bfloat16, enabled=self.amp):
+            if self.head_since is None:
+                h = self.embed(gis, chosen, slots, rng, epoch)
+            else:  # frozen encoder, exact embeddings of every segment
+                with torch.no_grad():
+                    self.net.eval()
+                    h = torch.stack([self.historical(gi, it, sl, None, self.head_since,
+                                                     epoch)[0].sum(1)
+                                     for gi, it, sl in zip(gis, chosen, slots, strict=True)])
+                    self.net.train()
+                h = h.to(dev)
+            scores = self.net.score_embedding(h, mask)
+        return self.loss_fn(scores.float(), runtime, mask), int(mask.sum())
+
+    def embed(self, gis: list[int], chosen: list[GstItem], slots: list[np.ndarray],
+              rng: np.random.Generator, epoch: int) -> Tensor:
+        """(B, C, d) graph embeddings to back-propagate through: every segment fresh."""
+        fresh = [np.arange(len(it.segments)) for it in chosen]
+        ids = [it.configs[sl] for it, sl in zip(chosen, slots, strict=True)]
+        return encode_fresh(self.net, chosen, fresh, ids, self.device)[0]
+
+    def historical(self, gi: int, item: GstItem, slots: np.ndarray, skip: Sequence[int] | None,
+                   since: int, epoch: int) -> tuple[Tensor, np.ndarray]:
+        """(C, S, d) table embeddings of graph gi, computing (no gradient) and storing
+        entries written before `since`; also the ages of the entries that were reused."""
+        emb, written = self.table.read(gi, slots)
+        missing = written < since
+        reuse = ~missing
+        if skip is not None:
+            missing[:, skip] = reuse[:, skip] = False
+        reused = written[reuse]
+        for seg in np.flatnonzero(missing.any(0)):
+            rows = np.flatnonzero(missing[:, seg])
+            with torch.no_grad():
+                e = item.segments.encode(self.net, item.configs[slots[rows]], [int(seg)])
+            e = e[0].float().cpu().numpy()
+            emb[rows, seg] = e
+            self.table.write(gi, slots[rows], int(seg), e, epoch)
+        return torch.from_numpy(emb), epoch - reused
+
+    def stats(self) -> dict[str, float]:
+        used = np.concatenate(self.ages) if self.ages else np.zeros(0)
+        self.ages = []
+        self.table.flush()
+        return {"stale_age": float(used.mean()) if used.size else 0.0}
+
+    def close(self) -> dict:
+        nbytes = self.table.nbytes
+        self.table.close()
+        if self.tmp is not None:
+            shutil.rmtree(self.tmp, ignore_errors=True)
+        return {"table_bytes": nbytes}
+
+
+class HistoryStep(SegmentStep):
+    """The paper's GST: `gst_fresh_segments` segments per graph back-propagated, the
+    others read from the table of historical embeddings with stale dropout."""
+
+    def embed(self, gis: list[int], chosen: list[GstItem], slots: list[np.ndarray],
+              rng: np.random.Generator, epoch: int) -> Tensor:
+        s = self.s
+        fresh = [fresh_segments(rng, len(it.segments), s.gst_fresh_segments) for it in chosen]
+        h, parts = encode_fresh(self.net, chosen, fresh,
+                                [it.configs[sl] for it, sl in zip(chosen, slots, strict=True)],
+                                self.device)
+        stale = []
+        for k, (gi, it, sl) in enumerate(zip(gis, chosen, slots, strict=True)):
+            for f, e in zip(fresh[k], parts[k], strict=True):
+                self.table.write(gi, sl, int(f), e.detach().float().cpu().numpy(), epoch)
+            if len(it.segments) > fresh[k].size:
+                hist, age = self.historical(gi, it, sl, list(fresh[k]), 0, epoch)
+                self.ages.append(age)
+                stale.append(stale_sum(hist, list(fresh[k]), s.stale_drop_p, rng))
+            else:
+                stale.append(torch.zeros(sl.size, h.shape[-1]))
+        up = torch.tensor([fresh_weight(it.segments.share, f, s.stale_drop_p)
+                           for it, f in zip(chosen, fresh, strict=True)],
+                          device=self.device, dtype=h.dtype)
+        return h * up[:, None, None] + torch.stack(stale).to(self.device, h.dtype)

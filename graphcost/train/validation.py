@@ -1,0 +1,31 @@
+"""Validation during training: the metrics that drive early stopping."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+import numpy as np
+
+from graphcost.eval.metrics import kendall_tau, opa, tile_score
+from graphcost.models.base import GraphTensors
+from graphcost.models.model import Model
+from graphcost.models.scorer import score_graph
+from graphcost.train import distributed
+
+
+def validate(model: Model, items: Sequence[tuple[GraphTensors, np.ndarray]],
+             chunk_size: int = 1024,
+             ctx: distributed.Context | None = None) -> dict[str, float]:
+    """Mean τ, OPA and competition score (tile: 2 − top-5 ratio; layout: τ) over graphs."""
+    taus, opas, scores = [], [], []
+    for g, ids in (ctx.shard(items) if ctx else items):  # under DDP: this rank's graphs
+        pred = score_graph(model, g, ids, chunk_size)
+        runtime = g.runtime[ids]
+        taus.append(kendall_tau(pred, runtime))
+        opas.append(opa(pred, runtime))
+        scores.append(tile_score(pred, runtime) if g.kind == "tile" else taus[-1])
+    if ctx is not None and ctx.world > 1:  # every rank gets every graph's metrics, in order
+        rows = ctx.unshard(list(zip(taus, opas, scores, strict=True)), len(items))
+        taus, opas, scores = ([r[i] for r in rows] for i in range(3))
+    mean = lambda v: float(np.nanmean(v)) if np.isfinite(v).any() else float("nan")  # noqa: E731
+    return {"valid_tau": mean(taus), "valid_opa": mean(opas), "valid_score": mean(scores)}
