@@ -24,25 +24,22 @@ reported and left out of every minimum.
 
 from __future__ import annotations
 
-import json
 import os
 import time
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import asdict, dataclass, field
-from pathlib import Path
 from typing import Any
 
 import numpy as np
 
+from graphcost.autotune.chosen import CONFIG_FORMAT, signature
 from graphcost.autotune.search import SearchResult, search
 from graphcost.autotune.space import Config, ConfigSpace, LayoutConfigs, OptionConfigs
 from graphcost.eval.metrics import kendall_tau
 from graphcost.formats.npz import LayoutGraph, TileGraph
 from graphcost.xla.configs import LayoutPlan, LayoutSpace, compiler_options
 from graphcost.xla.measure import Protocol, time_configs
-
-CONFIG_FORMAT = "graphcost-autotune/1"
 
 
 @dataclass
@@ -148,7 +145,7 @@ class Tunable:
     def config_json(self, config: Config) -> dict[str, Any]:
         plan, opts = self.plan_and_options(config)
         d: dict[str, Any] = {"format": CONFIG_FORMAT, "program": self.name,
-                             "kind": self.configs.kind, "arguments": _signature(self.layout),
+                             "kind": self.configs.kind, "arguments": signature(self.layout),
                              "layouts": (self.configs.to_json(plan)
                                          if isinstance(self.configs, LayoutConfigs) else []),
                              "compiler_options": opts}
@@ -176,11 +173,6 @@ def prepare(name: str, fn: Callable, args: Sequence[Any], kind: str) -> Tunable:
                          "rank 2-6 found in the compiled module); tune compiler options instead")
     return Tunable(name, layout, LayoutConfigs(layout, points), hlo,
                    [located[p] for p in points], default_exe)
-
-
-def _signature(layout: LayoutSpace) -> list[list[Any]]:
-    return [[list(np.shape(x)), str(getattr(x, "dtype", type(x).__name__))]
-            for x in layout.leaves]
 
 
 # ------------------------------------------------------------------ measuring
@@ -364,89 +356,6 @@ def summarize(t: Tunable, measured: list[Measured], k: int, res: SearchResult,
                "size": float(t.configs.size()), "graph_nodes": int(t.hlo.node_feat.shape[0]),
                "configurable_nodes": len(t.node_ids)},
         protocol=asdict(protocol), seconds={k_: round(v, 3) for k_, v in seconds.items()})
-
-
-# ------------------------------------------------------------------ configs
-
-
-def save_config(config: dict[str, Any], path: str | Path) -> Path:
-    path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    path.write_text(json.dumps(config, indent=1) + "\n")
-    return path
-
-
-def load_config(path: str | Path) -> dict[str, Any]:
-    config = json.loads(Path(path).read_text())
-    if config.get("format") != CONFIG_FORMAT:
-        raise ValueError(f"{path}: not a graphcost autotune config "
-                         f"(format {config.get('format')!r})")
-    return config
-
-
-def plan_of(layout: LayoutSpace, config: dict[str, Any]) -> LayoutPlan:
-    """The layout plan a config names, checked against this program's points."""
-    if config.get("arguments") is not None and config["arguments"] != _signature(layout):
-        raise ValueError("the config was made for arguments of other shapes or dtypes: "
-                         f"{config['arguments']} != {_signature(layout)}")
-    plan: LayoutPlan = {}
-    for e in config.get("layouts", []):
-        p = int(e["point"])
-        if p >= len(layout.points) or (layout.points[p].kind, layout.points[p].index) != (
-                e["kind"], int(e["index"])):
-            raise ValueError(f"the config's point {p} ({e['kind']} {e['index']}) is not in "
-                             "this program: it was made for another one")
-        plan[(p, e["role"])] = tuple(int(i) for i in e["major_to_minor"])
-    return plan
-
-
-def apply(fn: Callable, args: Sequence[Any], config: dict[str, Any] | str | Path) -> Callable:
-    """`fn` compiled with a config's layouts and compiler options: call it like `fn`.
-
-    The compiled executable is the `compiled` attribute of the returned callable;
-    arguments are placed in the layouts the executable expects on every call.
-    """
-    import jax
-
-    if not isinstance(config, dict):
-        config = load_config(config)
-    layout = LayoutSpace(fn, tuple(args))
-    plan = plan_of(layout, config)
-    exe = layout.compile(plan, config.get("compiler_options") or None)
-    formats = exe.input_formats[0]
-    out_tree = jax.tree.structure(jax.eval_shape(fn, *args))
-
-    def compiled(*call_args: Any) -> Any:
-        leaves = jax.tree.leaves(tuple(call_args))
-        placed = [jax.device_put(x, f) for x, f in zip(leaves, formats, strict=True)]
-        return jax.tree.unflatten(out_tree, exe(*placed))
-
-    compiled.compiled = exe  # type: ignore[attr-defined]
-    return compiled
-
-
-def how_to_apply(config: dict[str, Any], path: str = "CONFIG.json") -> str:
-    """Plain instructions: the graphcost helper, and the same thing by hand with JAX."""
-    lines = ["apply it:",
-             "  from graphcost.autotune import apply",
-             f"  run = apply(fn, args, {path!r})   # run(*args) is fn(*args), compiled so"]
-    params = [e for e in config["layouts"] if e["kind"] == "parameter"]
-    inner = [e for e in config["layouts"] if e["kind"] != "parameter"]
-    if params or inner or config["compiler_options"]:
-        lines.append("or by hand with JAX:")
-    for e in params:
-        lines.append(f"  argument leaf {e['index']}: in_shardings Format(Layout("
-                     f"{tuple(e['major_to_minor'])}), sharding) in jax.jit(...)")
-    for e in inner:
-        what = {"in": "lhs", "kernel": "rhs", "out": "result"}[e["role"]]
-        lines.append(f"  {e['kind']} #{e['index']} (trace order), {what}: "
-                     f"with_layout_constraint(x, Layout({tuple(e['major_to_minor'])}))")
-    if config["compiler_options"]:
-        lines.append(f"  jax.jit(fn).lower(*args).compile({config['compiler_options']!r})")
-    if not (params or inner or config["compiler_options"]):
-        lines.append("  (the default configuration: plain jax.jit(fn) is already the best "
-                     "measured)")
-    return "\n".join(lines)
 
 
 def format_result(r: AutotuneResult) -> str:

@@ -28,15 +28,16 @@ from graphcost.xla.programs import FAMILIES, family_of, make_program
 
 TRAIN_FAMILIES = ("mlp", "cnn_nchw", "depthwise", "transformer")
 SMALL_RANKER = {"hidden": 32, "opcode_dim": 16, "layers": 2, "ref_configs": 16}
+UNKNOWN = "(unknown)"  # the training families of a loaded model
 
 
 def _train(kind: str, train: list, valid: list | None, epochs: int, seed: int):
     from graphcost.models.model import Model
-    from graphcost.train.trainer import TrainSettings
+    from graphcost.train import TrainSettings, fit
 
     model = Model("ranker", kind, **SMALL_RANKER)
-    model.fit(train, valid or None, TrainSettings(epochs=epochs, seed=seed, progress=False,
-                                                  configs_per_graph=16, patience=epochs))
+    fit(model, train, valid or None, TrainSettings(epochs=epochs, seed=seed, progress=False,
+                                                   configs_per_graph=16, patience=epochs))
     return model
 
 
@@ -86,6 +87,25 @@ def model_from_measurements(kind: str, families: Sequence[str], per_family: int 
                    "measure_train_s": round(time.perf_counter() - t0, 1)}
 
 
+def model_from_file(path: str) -> tuple[Any, dict]:
+    """A saved model; the families it was trained on are unknown here."""
+    from graphcost.models.model import Model
+
+    return Model.load(path), {"source": f"loaded from {path}", "families_seen": [UNKNOWN]}
+
+
+def choose_model(model_path: str | None = None, data: str | None = None, kind: str = "layout",
+                 train_families: Sequence[str] = TRAIN_FAMILIES, epochs: int = 30,
+                 seed: int = 0, log: Callable[[str], Any] | None = None) -> tuple[Any, dict]:
+    """The model to tune with and where it came from (see the module docstring): a saved
+    one, else a small ranker trained on `data`, else on `train_families` measured now."""
+    if model_path:
+        return model_from_file(model_path)
+    if data:
+        return model_from_collection(data, epochs, seed)
+    return model_from_measurements(kind, train_families, epochs=epochs, seed=seed, log=log)
+
+
 def held_out_programs(seen: Sequence[str], per_family: int,
                       families: Sequence[str] | None = None) -> list[str]:
     """Zoo program names of `families` (default: every family not in `seen`)."""
@@ -93,7 +113,19 @@ def held_out_programs(seen: Sequence[str], per_family: int,
     return [f"{f}.{i:03d}" for f in fams for i in range(per_family)]
 
 
+def programs_to_tune(model_info: dict[str, Any], per_family: int = 1,
+                     families: Sequence[str] | None = None,
+                     programs: Sequence[str] | None = None) -> list[str]:
+    """The `programs` named, else `per_family` of each of `families`, by default of every
+    family the model was not trained on (every family, for a loaded model)."""
+    if programs:
+        return list(programs)
+    seen = [f for f in model_info["families_seen"] if f != UNKNOWN]
+    return held_out_programs(seen, per_family, families or None)
+
+
 def geomean(x: Sequence[float]) -> float:
+    """Geometric mean of the finite positive values: speed-ups multiply."""
     v = np.asarray([a for a in x if np.isfinite(a) and a > 0], dtype=np.float64)
     return float(np.exp(np.log(v).mean())) if v.size else float("nan")
 
@@ -148,6 +180,7 @@ def bench_autotune(programs: Sequence[str], model: Any, model_info: dict[str, An
 
 
 def format_bench(result: dict[str, Any]) -> str:
+    """The per-program table and the geometric-mean summary line."""
     lines = [f"model: {result['model']['source']}",
              f"families seen in training: {', '.join(result['model']['families_seen'])}",
              f"{'program':22} {'units':>5} {'default us':>10} {'chosen us':>9} {'rand us':>8} "

@@ -16,7 +16,8 @@ import torch
 from graphcost.data.features import FeatureTransform
 from graphcost.data.synthetic import make_layout_graph, make_tile_graph
 from graphcost.models.model import Model, model_names
-from graphcost.train.trainer import TrainSettings, train
+from graphcost.models.scorer import score_graph
+from graphcost.train import TrainSettings, fit
 
 
 def _graphs(kind: str, rng: np.random.Generator, count: int, **kw) -> list:
@@ -35,7 +36,7 @@ def bench_one(name: str, kind: str, steps: int = 20, seed: int = 0,
     train_graphs = _graphs(kind, rng, 16)
     s = TrainSettings(epochs=2, steps_per_epoch=steps, warmup_steps=5, progress=False,
                       seed=seed, valid_configs=64)
-    history = train(Model(name, kind), train_graphs, None, s)["history"]
+    history = fit(Model(name, kind), train_graphs, None, s)["history"]
     row = {"model": name, "kind": kind, "train_graphs_per_s": history[-1]["graphs_per_s"],
            "train_configs_per_s": history[-1]["configs_per_s"]}
     for n in sizes:
@@ -44,7 +45,7 @@ def bench_one(name: str, kind: str, steps: int = 20, seed: int = 0,
         t0 = time.perf_counter()
         gt = infer.prepare(big)
         t1 = time.perf_counter()
-        infer.predict(gt)
+        score_graph(infer, gt)
         t2 = time.perf_counter()
         row[f"infer_{n}_configs_per_s"] = big.num_configs / (t2 - t1)
         row[f"infer_{n}_nodes_after_prune"] = int(gt.x.shape[0])
@@ -70,6 +71,7 @@ def bench_train(models: list[str] | None = None, kinds: tuple[str, ...] = ("layo
 
 
 def format_bench(rows: list[dict]) -> str:
+    """One line per (model, kind) row, every figure in its own column."""
     keys = [k for k in rows[0] if k not in ("model", "kind")] if rows else []
     lines = ["model      kind    " + " ".join(f"{k:>24}" for k in keys)]
     for r in rows:

@@ -1,0 +1,119 @@
+"""The chosen config of an autotuning run: its JSON file, compiling a program with it,
+and how to do the same by hand with JAX.
+
+A config names the program's argument shapes (`signature`), its layouts by configurable
+point and its compiler options; `apply` refuses a config made for another program.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Callable, Sequence
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from graphcost.xla.configs import LayoutPlan, LayoutSpace
+
+CONFIG_FORMAT = "graphcost-autotune/1"
+
+
+def signature(layout: LayoutSpace) -> list[list[Any]]:
+    """The shapes and dtypes of a program's argument leaves: a config fits only these."""
+    return [[list(np.shape(x)), str(getattr(x, "dtype", type(x).__name__))]
+            for x in layout.leaves]
+
+
+def save_config(config: dict[str, Any], path: str | Path) -> Path:
+    """Write a chosen config as JSON (its folder made if needed)."""
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(json.dumps(config, indent=1) + "\n")
+    return path
+
+
+def load_config(path: str | Path) -> dict[str, Any]:
+    """Read a config `save_config` wrote; a ValueError for any other JSON."""
+    config = json.loads(Path(path).read_text())
+    if config.get("format") != CONFIG_FORMAT:
+        raise ValueError(f"{path}: not a graphcost autotune config "
+                         f"(format {config.get('format')!r})")
+    return config
+
+
+def plan_of(layout: LayoutSpace, config: dict[str, Any]) -> LayoutPlan:
+    """The layout plan a config names, checked against this program's points."""
+    if config.get("arguments") is not None and config["arguments"] != signature(layout):
+        raise ValueError("the config was made for arguments of other shapes or dtypes: "
+                         f"{config['arguments']} != {signature(layout)}")
+    plan: LayoutPlan = {}
+    for e in config.get("layouts", []):
+        p = int(e["point"])
+        if p >= len(layout.points) or (layout.points[p].kind, layout.points[p].index) != (
+                e["kind"], int(e["index"])):
+            raise ValueError(f"the config's point {p} ({e['kind']} {e['index']}) is not in "
+                             "this program: it was made for another one")
+        plan[(p, e["role"])] = tuple(int(i) for i in e["major_to_minor"])
+    return plan
+
+
+def apply(fn: Callable, args: Sequence[Any], config: dict[str, Any] | str | Path) -> Callable:
+    """`fn` compiled with a config's layouts and compiler options: call it like `fn`.
+
+    The compiled executable is the `compiled` attribute of the returned callable;
+    arguments are placed in the layouts the executable expects on every call.
+    """
+    import jax
+
+    if not isinstance(config, dict):
+        config = load_config(config)
+    layout = LayoutSpace(fn, tuple(args))
+    plan = plan_of(layout, config)
+    exe = layout.compile(plan, config.get("compiler_options") or None)
+    formats = exe.input_formats[0]
+    out_tree = jax.tree.structure(jax.eval_shape(fn, *args))
+
+    def compiled(*call_args: Any) -> Any:
+        leaves = jax.tree.leaves(tuple(call_args))
+        placed = [jax.device_put(x, f) for x, f in zip(leaves, formats, strict=True)]
+        return jax.tree.unflatten(out_tree, exe(*placed))
+
+    compiled.compiled = exe  # type: ignore[attr-defined]
+    return compiled
+
+
+def agrees_with_jit(fn: Callable, args: Sequence[Any], run: Callable) -> bool:
+    """Whether `run(*args)` (e.g. from `apply`) gives plain `jax.jit(fn)`'s outputs, to
+    within their dtypes' precision: a config may change speed, never results."""
+    import jax
+
+    from graphcost.xla.measure import outputs_agree
+
+    got = jax.tree.leaves(jax.block_until_ready(run(*args)))
+    want = jax.tree.leaves(jax.jit(fn)(*args))
+    return outputs_agree(got, want)
+
+
+def how_to_apply(config: dict[str, Any], path: str = "CONFIG.json") -> str:
+    """Plain instructions: the graphcost helper, and the same thing by hand with JAX."""
+    lines = ["apply it:",
+             "  from graphcost.autotune import apply",
+             f"  run = apply(fn, args, {path!r})   # run(*args) is fn(*args), compiled so"]
+    params = [e for e in config["layouts"] if e["kind"] == "parameter"]
+    inner = [e for e in config["layouts"] if e["kind"] != "parameter"]
+    if params or inner or config["compiler_options"]:
+        lines.append("or by hand with JAX:")
+    for e in params:
+        lines.append(f"  argument leaf {e['index']}: in_shardings Format(Layout("
+                     f"{tuple(e['major_to_minor'])}), sharding) in jax.jit(...)")
+    for e in inner:
+        what = {"in": "lhs", "kernel": "rhs", "out": "result"}[e["role"]]
+        lines.append(f"  {e['kind']} #{e['index']} (trace order), {what}: "
+                     f"with_layout_constraint(x, Layout({tuple(e['major_to_minor'])}))")
+    if config["compiler_options"]:
+        lines.append(f"  jax.jit(fn).lower(*args).compile({config['compiler_options']!r})")
+    if not (params or inner or config["compiler_options"]):
+        lines.append("  (the default configuration: plain jax.jit(fn) is already the best "
+                     "measured)")
+    return "\n".join(lines)

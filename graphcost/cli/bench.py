@@ -1,0 +1,183 @@
+"""`graphcost bench …`: every benchmark, each over one module of `graphcost.bench`."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+import click
+
+from graphcost.cli.options import autotune_options, comma_list, pin, write_json
+
+
+@click.group()
+def bench() -> None:
+    """Benchmarks that print speed and memory figures."""
+
+
+def _bench_table(header: str, format_row: Callable[[Any], str], summarise: Callable[[Any], str],
+                 json_path: str | None, run: Callable[[Callable[[Any], None]], Any]) -> None:
+    """Print a benchmark's rows as they come (`run(on_row)`), then its summary; bad
+    settings are a clean error; the result goes to `json_path` when one is given."""
+    click.echo(header)
+    try:
+        result = run(lambda r: click.echo(format_row(r)))
+    except ValueError as e:
+        raise click.ClickException(str(e)) from None
+    click.echo("\n" + summarise(result))
+    if json_path:
+        write_json(result, json_path)
+
+
+@bench.command("io")
+@click.option("--configs", default=100_000, show_default=True, help="Configs of the big file.")
+@click.option("--configurable", default=64, show_default=True, help="Configurable nodes.")
+@click.option("--reads", default=64, show_default=True, help="Configs read per step.")
+@click.option("--scan-files", default=200, show_default=True, help="Files in the scanned split.")
+def bench_io_cmd(configs: int, configurable: int, reads: int, scan_files: int) -> None:
+    """Time and peak memory of lazy config reads and of scanning a collection."""
+    from graphcost.bench.io import bench_io
+
+    rows = bench_io(configs, configurable, reads, scan_files, log=click.echo)
+    click.echo(f"{'step':50} {'runs':>4} {'seconds':>9} {'peak MiB':>9} {'private MiB':>12}")
+    for r in rows:
+        click.echo(f"{r['step']:50} {r['runs']:4d} {r['seconds']:9.4f} {r['peak_mib']:9.1f} "
+                   f"{r['private_mib']:12.2f}")
+    click.echo("peak counts memory-mapped file pages (shared, droppable); private is "
+               "anonymous memory held by the result")
+
+
+@bench.command("train")
+@click.option("--model", "models", multiple=True, help="only these models (default: all)")
+@click.option("--steps", type=int, default=20, show_default=True, help="timed training steps")
+@click.option("--configs", type=int, default=128, show_default=True,
+              help="configs of each inference graph")
+@click.option("--threads", type=int, default=0, help="torch threads (0: torch's default)")
+@click.option("--json", "json_path", type=click.Path(), default=None)
+def bench_train_cmd(models: tuple[str, ...], steps: int, configs: int, threads: int,
+                    json_path: str | None) -> None:
+    """Training graphs/s and configs/s, inference configs/s on 1k- and 10k-node graphs,
+    and peak RSS, for the default ranker and every baseline on the same synthetic data."""
+    from graphcost.bench.train import bench_train, format_bench
+
+    rows = bench_train(list(models) or None, steps=steps, inference_configs=configs,
+                       threads=threads)
+    click.echo(format_bench(rows))
+    if json_path:
+        write_json(rows, json_path)
+
+
+@bench.command("autotune")
+@click.option("--model", "model_path", default=None, type=click.Path(exists=True, dir_okay=False),
+              help="A saved model (then name the held-out programs or --families).")
+@click.option("--data", default=None, type=click.Path(exists=True, file_okay=False),
+              help="Train a small ranker on this collection; its families are held out.")
+@click.option("--kind", type=click.Choice(["layout", "options"]), default="layout",
+              show_default=True, help="What to measure for training when neither is given.")
+@click.option("--train-families", default=",".join(("mlp", "cnn_nchw", "depthwise",
+                                                      "transformer")), show_default=True,
+              help="Families measured for training when neither --model nor --data is given.")
+@click.option("--families", default=None, help="Comma-separated families to tune "
+              "(default: every zoo family not used for training).")
+@click.option("--programs", default=None, help="Comma-separated program names to tune.")
+@click.option("--per-family", default=1, show_default=True, help="Programs tuned per family.")
+@click.option("--epochs", default=30, show_default=True, help="Training epochs (small ranker).")
+@click.option("--json", "json_path", type=click.Path(), default=None)
+@autotune_options
+def bench_autotune_cmd(model_path: str | None, data: str | None, kind: str, train_families: str,
+                       families: str | None, programs: str | None, per_family: int,
+                       epochs: int, json_path: str | None, k: int, samples: int,
+                       evaluations: int, runs: int, warmup: int, core: int | None,
+                       no_pin: bool, seed: int) -> None:
+    """Measured speed-ups over default and random-K on held-out programs, and candidates/s."""
+    core = pin(core, no_pin)
+    from graphcost.bench.autotune import (
+        bench_autotune,
+        choose_model,
+        format_bench,
+        programs_to_tune,
+    )
+    from graphcost.xla.measure import Protocol
+
+    model, info = choose_model(model_path, data, kind, comma_list(train_families), epochs, seed,
+                               log=click.echo)
+    names = programs_to_tune(info, per_family, comma_list(families), comma_list(programs))
+    result = bench_autotune(names, model, info, k, samples, evaluations, Protocol(warmup, runs),
+                            seed, None, log=click.echo)
+    result["core"] = core  # pinned above, for the whole process
+    click.echo(format_bench(result))
+    if json_path:
+        write_json(result, json_path, default=float)
+
+
+@bench.command("scale")
+@click.option("--sizes", default="1000,10000,50000,200000", show_default=True,
+              help="graph sizes in nodes, comma-separated")
+@click.option("--modes", default="full,pruned,gst,gst-exact", show_default=True)
+@click.option("--configs", type=int, default=32, show_default=True, help="configs per step")
+@click.option("--num-configs", type=int, default=10000, show_default=True,
+              help="configs stored per graph (read lazily)")
+@click.option("--steps", type=int, default=3, show_default=True, help="timed steps")
+@click.option("--segment-size", type=int, default=1000, show_default=True)
+@click.option("--memory-budget", default="75%", show_default=True,
+              help="skip full/pruned steps estimated above this ('75%', '8G')")
+@click.option("--threads", type=int, default=0, help="torch threads (0: torch's default)")
+@click.option("--json", "json_path", type=click.Path(), default=None)
+def bench_scale_cmd(sizes: str, modes: str, configs: int, num_configs: int, steps: int,
+                    segment_size: int, memory_budget: str, threads: int,
+                    json_path: str | None) -> None:
+    """Peak RSS and seconds per step of full-graph, pruned and GST training on synthetic
+    layout graphs of growing size, each in a fresh process, with growth exponents."""
+    from graphcost.bench.scale import HEADER, bench_scale, format_row, format_scale
+
+    _bench_table(HEADER, format_row, format_scale, json_path, lambda on_row: bench_scale(
+        [int(x) for x in comma_list(sizes)], comma_list(modes), configs, num_configs, steps,
+        segment_size, memory_budget, threads, on_row=on_row))
+
+
+@bench.command("gst")
+@click.option("--variants", default="full,gst,gst-nohead,gst-exact", show_default=True,
+              help="full, gst (one segment back-propagated), gst-exact (every segment), "
+                   "each gst one optionally with -nohead")
+@click.option("--data", type=click.Path(exists=True), default=None,
+              help="a layout collection (default: synthetic graphs)")
+@click.option("--nodes", type=int, default=2000, show_default=True, help="synthetic: nodes")
+@click.option("--graphs", type=int, default=16, show_default=True,
+              help="synthetic: train and test graphs each")
+@click.option("--num-configs", type=int, default=64, show_default=True,
+              help="synthetic: configs per graph")
+@click.option("--segment-size", type=int, default=500, show_default=True)
+@click.option("--epochs", type=int, default=40, show_default=True)
+@click.option("--gst-epochs", type=int, default=0,
+              help="main-phase epochs of the GST variants (default: --epochs); one segment "
+                   "of S per step needs about S times the epochs for the same gradient signal")
+@click.option("--configs", type=int, default=16, show_default=True,
+              help="configs per graph and step")
+@click.option("--seed", type=int, default=0, show_default=True)
+@click.option("--repeats", type=int, default=1, show_default=True,
+              help="trainings per variant (seeds seed, seed+1, …); each graph's τ is averaged")
+@click.option("--jobs", type=int, default=1, show_default=True,
+              help="trainings run at once, one process each")
+@click.option("--threads", type=int, default=1, show_default=True, help="torch threads per job")
+@click.option("--json", "json_path", type=click.Path(), default=None)
+def bench_gst_cmd(variants: str, data: str | None, nodes: int, graphs: int, num_configs: int,
+                  segment_size: int, epochs: int, gst_epochs: int, configs: int, seed: int,
+                  repeats: int, jobs: int, threads: int, json_path: str | None) -> None:
+    """Held-out τ of GST against full-graph training on the same data and seed, with
+    95% intervals, the paired difference and the head fine-tuning effect."""
+    from graphcost.bench.gst import (
+        HEADER,
+        GstBenchSpec,
+        bench_gst,
+        describe,
+        format_gst,
+        format_row,
+    )
+
+    spec = GstBenchSpec(data=data, nodes=nodes, graphs=graphs, num_configs=num_configs,
+                        segment_size=segment_size, epochs=epochs, gst_epochs=gst_epochs,
+                        configs_per_graph=configs, seed=seed, repeats=repeats,
+                        threads=threads)
+    click.echo(describe(spec))
+    _bench_table(HEADER, format_row, format_gst, json_path, lambda on_row: bench_gst(
+        comma_list(variants), spec, jobs, on_row=on_row))

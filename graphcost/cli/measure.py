@@ -1,0 +1,180 @@
+"""Commands that time programs on this machine: measure, collect, merge.
+
+`program_kwargs` and `collect_spec` are here only for now: they belong beside
+`CollectSpec` in `graphcost.xla.plan` and are to move there.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from typing import Any
+
+import click
+
+from graphcost.cli.options import comma_list
+
+
+def program_kwargs(per_family: int, families: Sequence[str] = ()) -> dict[str, Any]:
+    """What a program source (e.g. the zoo) is called with: programs per family and,
+    when given, which families."""
+    kwargs: dict[str, Any] = {"per_family": per_family}
+    if families:
+        kwargs["families"] = list(families)
+    return kwargs
+
+
+def collect_spec(out: str, sources: Sequence[str], per_family: int, families: Sequence[str],
+                 kinds: Sequence[str], **settings: Any) -> Any:
+    """The CollectSpec of a `collect` run: the zoo unless `sources` name program sources,
+    `per_family` programs of each of `families` (default: all), measured under `kinds`;
+    `settings` are further CollectSpec fields (num_configs, protocol, workers, …). A
+    ValueError names a bad kind or shard."""
+    from graphcost.xla.plan import DEFAULT_PROGRAMS, CollectSpec
+
+    return CollectSpec(out=out, programs=list(sources) or [DEFAULT_PROGRAMS],
+                       program_kwargs=program_kwargs(per_family, families), kinds=list(kinds),
+                       **settings)
+
+
+def _protocol_options(f: Callable) -> Callable:
+    """The timing-protocol options shared by `measure` and `collect`."""
+    f = click.option("--configs", "num_configs", default=16, show_default=True,
+                     help="Configs sampled per graph (the default config included).")(f)
+    f = click.option("--runs", default=20, show_default=True, help="Timed rounds.")(f)
+    f = click.option("--warmup", default=3, show_default=True, help="Untimed rounds first.")(f)
+    f = click.option("--max-run-s", default=0.25, show_default=True,
+                     help="A config whose single run is slower fails.")(f)
+    f = click.option("--seed", default=0, show_default=True,
+                     help="Seed of the config sampling and of the split assignment.")(f)
+    return f
+
+
+def _command_line() -> str:
+    """This command as typed, recorded in the manifests it writes."""
+    import sys
+
+    return " ".join(["graphcost", *sys.argv[1:]])
+
+
+@click.command()
+@click.argument("program")
+@click.option("--kind", type=click.Choice(["layout:random", "layout:default", "options"]),
+              default="layout:random", show_default=True)
+@click.option("--programs", "source", default="graphcost.xla.programs:zoo", show_default=True,
+              metavar="MODULE:FUNCTION", help="Where PROGRAM comes from.")
+@click.option("--per-family", default=4, show_default=True, help="Zoo programs per family.")
+@click.option("--core", type=int, default=None, help="Pin to this core (default: unpinned).")
+@click.option("--out", type=click.Path(dir_okay=False), default=None, help="Write the graph.")
+@click.option("--check-options", is_flag=True, help="Also list which option knobs XLA accepts.")
+@_protocol_options
+def measure(program: str, kind: str, source: str, per_family: int, core: int | None,
+            out: str | None, check_options: bool, num_configs: int, runs: int, warmup: int,
+            max_run_s: float, seed: int) -> None:
+    """Time the sampled configs of one PROGRAM (e.g. mlp.000) and print each one."""
+    from graphcost.formats.npz import write_graph
+    from graphcost.xla.collect import measure_program
+    from graphcost.xla.measure import Protocol
+
+    if check_options:
+        from graphcost.xla.configs import check_knobs
+
+        for label, status in check_knobs().items():
+            click.echo(f"  {label:45} {status}")
+    try:
+        graph, report = measure_program(program, kind, source, program_kwargs(per_family),
+                                        num_configs, seed, Protocol(warmup, runs, max_run_s),
+                                        core)
+    except (ImportError, ValueError) as e:
+        raise click.ClickException(str(e)) from None
+    for i, r in enumerate(report.results):
+        detail = (f"median {r.median_ns / 1e3:9.1f} us  min {r.min_ns / 1e3:9.1f} us  "
+                  f"spread {r.spread:.3f}" if r.ok else f"FAILED {r.status}: {r.error}")
+        click.echo(f"  config {i:3d}  {detail}")
+    s = report.summary()
+    click.echo(f"{program} {kind}: {len(report.kept)}/{len(report.results)} configs ok, "
+               f"compile {report.compile_s:.1f}s, total {report.time_s:.1f}s, "
+               f"max/min runtime {s['runtime_max_over_min']}")
+    if out and graph is not None:
+        write_graph(out, graph)
+        click.echo(f"wrote {out}")
+
+
+@click.command()
+@click.argument("out", type=click.Path(file_okay=False))
+@click.option("--programs", "sources", multiple=True, metavar="MODULE:FUNCTION",
+              help="Program sources (repeatable); default: the built-in zoo.")
+@click.option("--per-family", default=4, show_default=True, help="Zoo programs per family.")
+@click.option("--families", default=None, help="Comma-separated zoo families (default: all).")
+@click.option("--kinds", default="layout:random,layout:default,options", show_default=True,
+              help="Comma-separated: layout:random, layout:default, options.")
+@click.option("--workers", default=0, show_default=True, help="Worker processes (0: one/core).")
+@click.option("--limit", default=0, show_default=True, help="Stop after N graphs (0: all).")
+@click.option("--repeat", default=0, show_default=True,
+              help="Re-time N graphs per kind in fresh processes: the noise ceiling τ.")
+@click.option("--retry-failed", is_flag=True, help="Measure graphs logged as failed again.")
+@click.option("--shard", default="", metavar="I/N",
+              help="Measure only shard I of N (0-based) of the planned graphs, e.g. one per "
+                   "machine with the same options; combine with `graphcost merge`.")
+@_protocol_options
+def collect(out: str, sources: tuple[str, ...], per_family: int, families: str | None,
+            kinds: str, workers: int, limit: int, repeat: int, retry_failed: bool, shard: str,
+            num_configs: int, runs: int, warmup: int, max_run_s: float, seed: int) -> None:
+    """Measure programs x configs into TpuGraphs collections under OUT (resumable).
+
+    The bundled dataset: graphcost collect build/sample --per-family 12 --configs 24
+    --repeat 3, then copy build/sample/npz/{layout,options}/cpu into graphcost/sample/npz/.
+    """
+    from tqdm import tqdm
+
+    from graphcost.xla.collect import collect as run_collect
+    from graphcost.xla.measure import Protocol
+
+    try:
+        spec = collect_spec(out, sources, per_family, comma_list(families), comma_list(kinds),
+                            num_configs=num_configs, seed=seed,
+                            protocol=Protocol(warmup, runs, max_run_s), workers=workers,
+                            limit=limit, retry_failed=retry_failed, shard=shard)
+    except ValueError as e:
+        raise click.ClickException(str(e)) from None
+    bars: list = []
+
+    def progress(total: int, initial: int):
+        bar = tqdm(total=total, initial=initial, unit="graph", dynamic_ncols=True)
+        bars.append(bar)
+        return bar.update
+
+    try:
+        result = run_collect(spec, progress, repeat, command=_command_line())
+    except (ImportError, ValueError) as e:
+        raise click.ClickException(str(e)) from None
+    finally:
+        for bar in bars:
+            bar.close()
+    click.echo(f"{result.written} graphs written, {result.failed} failed, {result.skipped} "
+               f"already done, {result.remaining} left")
+    for name, m in sorted(result.manifests.items()):
+        tau = m.get("noise_ceiling_tau")
+        click.echo(f"  {name:20} {m['splits']}  {m['samples_per_minute_per_core']} samples/min/"
+                   f"core  configs failed {m['configs_failed']}"
+                   + (f"  noise-ceiling τ {tau:.3f}" if tau is not None else ""))
+
+
+@click.command("merge")
+@click.argument("out", type=click.Path(file_okay=False))
+@click.argument("shards", nargs=-1, required=True, type=click.Path(exists=True, file_okay=False))
+def merge_cmd(out: str, shards: tuple[str, ...]) -> None:
+    """Combine `collect --shard I/N` folders into one collection OUT; exit 1 listing every
+    missing or duplicated graph."""
+    from graphcost.xla.shard import MergeError, merge
+
+    try:
+        result = merge(out, shards, command=_command_line())
+    except MergeError as e:
+        click.echo(f"cannot merge {len(shards)} shard folders:\n{e}", err=True)
+        raise SystemExit(1) from None
+    except ValueError as e:
+        raise click.ClickException(str(e)) from None
+    click.echo(f"merged shards {', '.join(sorted(result.shards))}: {result.graphs} graphs, "
+               f"{result.failed} failed, into {out}")
+    for name, m in sorted(result.manifests.items()):
+        click.echo(f"  {name:20} {m['splits']}")

@@ -1,0 +1,156 @@
+"""Commands over models: train, evaluate, predict, submit.
+
+`parse_settings` (beside `TrainSettings` in `graphcost.train.settings`) and
+`models_by_collection` (beside `make_submission` in `graphcost.eval.submit`) are here
+only for now, to move there.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any
+
+import click
+
+_device_option = click.option("--device", type=click.Choice(["cpu", "cuda"]), default="cpu",
+                              show_default=True)
+
+
+def parse_settings(pairs: Sequence[str], **fixed: Any) -> tuple[Any, dict[str, Any]]:
+    """`key=value` pairs → (TrainSettings, model settings), so that one `--set` option
+    reaches both: a key naming a TrainSettings field is a training setting, any other a
+    model setting (the model checks it). A value is a Python literal where it parses as
+    one, else a string; `fixed` settings (device, seed, …) win. A ValueError names a
+    pair without `=`."""
+    import ast
+    import dataclasses
+
+    from graphcost.train.settings import TrainSettings
+
+    train_fields = {f.name for f in dataclasses.fields(TrainSettings)}
+    train_kw: dict[str, Any] = {}
+    model_kw: dict[str, Any] = {}
+    for pair in pairs:
+        key, sep, raw = pair.partition("=")
+        if not sep:
+            raise ValueError(f"expected key=value, got '{pair}'")
+        try:
+            value = ast.literal_eval(raw)
+        except (ValueError, SyntaxError):
+            value = raw
+        (train_kw if key in train_fields else model_kw)[key] = value
+    return TrainSettings(**{**train_kw, **fixed}), model_kw
+
+
+def models_by_collection(models: Sequence[str], data: str) -> dict[str, str]:
+    """`COLLECTION=MODEL.pt` items → {collection: model path}. A bare model path is for a
+    root holding one collection; a ValueError names the choices when it holds more."""
+    from graphcost.data.collection import find_collections
+
+    mapping = {}
+    for item in models:
+        name, sep, path = item.rpartition("=")
+        if not sep:
+            found = find_collections(data)
+            if len(found) != 1:
+                raise ValueError(f"name the collection: one of {sorted(found)}")
+            name, path = next(iter(found)), item
+        mapping[name] = path
+    return mapping
+
+
+@click.command("train")
+@click.argument("data", type=click.Path(exists=True))
+@click.option("--model", "model_name", default="ranker", show_default=True,
+              help="ranker, or a baseline: sage-early, sage-late, mlp (tile), resgcn (layout)")
+@click.option("--out", "out_dir", required=True, type=click.Path(), help="run directory")
+@click.option("--resume", is_flag=True, help="continue from OUT/last.pt")
+@_device_option
+@click.option("--seed", type=int, default=0, show_default=True)
+@click.option("--epochs", type=int, default=None)
+@click.option("--set", "sets", multiple=True, metavar="KEY=VALUE",
+              help="a training setting (lr, configs_per_graph, loss, …) or model setting "
+                   "(hidden, layers, prune_hops, …); repeatable")
+@click.option("--nproc", type=click.IntRange(min=1), default=1, show_default=True,
+              help="data-parallel processes on this machine (DDP via torchrun; with --device "
+                   "cuda one per GPU); the global batch stays graphs_per_batch")
+def train_cmd(data: str, model_name: str, out_dir: str, resume: bool, device: str, seed: int,
+              epochs: int | None, sets: tuple[str, ...], nproc: int) -> None:
+    """Train a ranking model on a collection (its train split; valid for early stopping)."""
+    from graphcost.train.distributed import is_main_process, launch
+    from graphcost.train.memory import MemoryBudgetError
+    from graphcost.train.run import train_model
+
+    if nproc > 1:  # the same command in nproc processes, under torchrun
+        args = ["train", data, "--model", model_name, "--out", out_dir, "--device", device,
+                "--seed", str(seed), *(["--resume"] if resume else []),
+                *(["--epochs", str(epochs)] if epochs is not None else []),
+                *(a for s in sets for a in ("--set", s))]
+        try:
+            code = launch(nproc, args)
+        except RuntimeError as e:
+            raise click.ClickException(str(e)) from None
+        raise SystemExit(code)
+    fixed = {"device": device, "seed": seed, **({} if epochs is None else {"epochs": epochs})}
+    try:
+        settings, model_kw = parse_settings(sets, **fixed)
+    except ValueError as e:
+        raise click.BadParameter(str(e), param_hint="--set") from None
+    try:
+        _, result = train_model(data, model_name, out_dir, settings, model_kw, resume)
+    except MemoryBudgetError as e:  # said before training starts, with what to do instead
+        raise click.ClickException(str(e)) from None
+    if is_main_process():  # under torchrun: one summary, from rank 0
+        click.echo(f"{result['collection']}: best epoch {result['best_epoch']} "
+                   f"(score {result['best_score']:.4f}); model in {out_dir}")
+
+
+@click.command("evaluate")
+@click.argument("model", type=click.Path(exists=True, dir_okay=False))
+@click.argument("data", type=click.Path(exists=True))
+@click.option("--split", default="valid", show_default=True)
+@click.option("--max-configs", type=int, default=0, help="score a fixed subset per graph (0: all)")
+@click.option("--json", "json_path", type=click.Path(), default=None, help="also write JSON here")
+@_device_option
+def evaluate_cmd(model: str, data: str, split: str, max_configs: int, json_path: str | None,
+                 device: str) -> None:
+    """Metrics of a saved model on a split: per-graph table and means with 95% intervals."""
+    from graphcost.eval.evaluate import evaluate_model, format_report, write_json
+
+    report = evaluate_model(model, data, split, max_configs=max_configs, device=device)
+    click.echo(format_report(report))
+    if json_path:
+        write_json(report, json_path)
+
+
+@click.command("predict")
+@click.argument("model", type=click.Path(exists=True, dir_okay=False))
+@click.argument("graph", type=click.Path(exists=True, dir_okay=False))
+@click.option("--top", type=int, default=0, help="print only the best N (0: all)")
+@_device_option
+def predict_cmd(model: str, graph: str, top: int, device: str) -> None:
+    """Rank the configs of one .npz: `rank index score`, fastest first."""
+    from graphcost.models.scorer import rank_file
+
+    order, scores = rank_file(model, graph, device=device)
+    for rank, i in enumerate(order[:top] if top else order):
+        click.echo(f"{rank}\t{int(i)}\t{scores[i]:.6f}")
+
+
+@click.command("submit")
+@click.argument("data", type=click.Path(exists=True, file_okay=False))
+@click.option("--model", "-m", "models", multiple=True, required=True,
+              metavar="COLLECTION=MODEL.pt", help="a model per collection; repeatable")
+@click.option("--out", "out_path", required=True, type=click.Path(dir_okay=False))
+@click.option("--split", default="test", show_default=True)
+@_device_option
+def submit_cmd(data: str, models: tuple[str, ...], out_path: str, split: str, device: str) -> None:
+    """Write a competition CSV ranking every graph of SPLIT of the named collections."""
+    from graphcost.eval.submit import make_submission
+
+    try:
+        mapping = models_by_collection(models, data)
+    except ValueError as e:
+        raise click.BadParameter(str(e), param_hint="--model") from None
+    out = make_submission(mapping, data, out_path, split=split, device=device)
+    click.echo(f"wrote {out}")

@@ -1,0 +1,51 @@
+"""Option decorators and option-value handling that several command groups share."""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Callable
+from typing import Any
+
+import click
+
+
+def comma_list(value: str | None) -> list[str]:
+    """A comma-separated option value as its items: `'a, b,'` is ['a', 'b']."""
+    return [x.strip() for x in value.split(",") if x.strip()] if value else []
+
+
+def write_json(obj: Any, path: str, default: Callable[[Any], Any] | None = None) -> None:
+    """Write what a `--json` or `--report` option asks for."""
+    import json
+
+    with open(path, "w") as f:
+        json.dump(obj, f, indent=1, default=default)
+
+
+def pin(core: int | None, no_pin: bool) -> int | None:
+    """Pin this whole process (before JAX starts its threads), as the protocol wants.
+
+    Here rather than beside `autotune.tune.pinned`: only threads started after the call
+    inherit the pinning, so it must run before numpy and JAX are imported."""
+    if no_pin:
+        return None
+    core = min(os.sched_getaffinity(0)) if core is None else core
+    os.sched_setaffinity(0, {core})
+    return core
+
+
+def autotune_options(f: Callable) -> Callable:
+    """Search and measurement options shared by `autotune` and `bench autotune`."""
+    f = click.option("--k", default=5, show_default=True,
+                     help="Measure the model's best K and K random configs (and the default).")(f)
+    f = click.option("--samples", default=1024, show_default=True,
+                     help="Configs sampled before searching.")(f)
+    f = click.option("--evaluations", default=4096, show_default=True,
+                     help="Model scores the search may spend (sample included).")(f)
+    f = click.option("--runs", default=20, show_default=True, help="Timed rounds.")(f)
+    f = click.option("--warmup", default=3, show_default=True, help="Untimed rounds first.")(f)
+    f = click.option("--core", type=int, default=None,
+                     help="Pin to this core (default: the first one allowed).")(f)
+    f = click.option("--no-pin", is_flag=True, help="Do not pin (timings drift more).")(f)
+    f = click.option("--seed", default=0, show_default=True)(f)
+    return f
