@@ -12,11 +12,10 @@ import torch
 import torch.multiprocessing as mp
 
 from graphcost.data.synthetic import make_layout_graph
-from graphcost.models import Model
+from graphcost.models import Model, score_graph
 from graphcost.models.losses import LOSSES, RankingLoss
-from graphcost.train.distributed import NORMALIZERS, Context
-from graphcost.models import score_graph
 from graphcost.train import TrainSettings, fit
+from graphcost.train.distributed import NORMALIZERS, Context
 
 # 3 losses mixed, so every normaliser is exercised; graphs of 5..20 configs, so shards of
 # one step hold unequal numbers of configs (padding, masks)

@@ -9,14 +9,13 @@ from graphcost.cli import main
 from graphcost.data.features import FeatureTransform
 from graphcost.data.synthetic import make_layout_graph, write_collection
 from graphcost.eval.metrics import kendall_tau
-from graphcost.models import Model
+from graphcost.models import Model, score_graph
 from graphcost.models.base import collate
 from graphcost.models.segments import segment_bounds, split_segments
-from graphcost.models import score_graph
+from graphcost.train import TrainSettings, fit
 from graphcost.train.history import EmbeddingTable, fresh_weight, stale_sum
 from graphcost.train.memory import MemoryBudgetError, memory_budget_bytes
 from graphcost.train.segment_steps import GstItem, encode_fresh, fresh_segments
-from graphcost.train import TrainSettings, fit
 
 torch.set_num_threads(1)
 

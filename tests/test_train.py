@@ -10,8 +10,7 @@ from graphcost.cli import main
 from graphcost.data.synthetic import make_layout_graph, write_collection
 from graphcost.eval.metrics import kendall_tau
 from graphcost.eval.submission import read_submission
-from graphcost.models import Model
-from graphcost.models import score_graph
+from graphcost.models import Model, score_graph
 from graphcost.train import TrainSettings, fit
 from graphcost.train.optim import lr_factor
 from graphcost.train.sampling import sample_configs
