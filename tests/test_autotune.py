@@ -19,7 +19,7 @@ from graphcost.autotune.space import OptionConfigs
 from graphcost.data.features import FeatureTransform
 from graphcost.data.synthetic import make_layout_graph, make_tile_graph
 from graphcost.eval.metrics import kendall_tau
-from graphcost.models import Model
+from graphcost.models import ConfigScorer, Model
 from graphcost.xla.configs import OPTION_KNOBS
 
 torch.set_num_threads(1)
@@ -39,10 +39,11 @@ def test_scorer_matches_predict_with_and_without_cache(name, kind):
     m.net.train()  # the scorer must not depend on the mode the net was left in
     ids = np.array([5, 0, 17, 3, 29, 11])
     raw = g.configs(ids) if kind == "layout" else g.config_feat[ids]
-    want = m.predict(g, ids)
-    cached = m.scorer(g, chunk_size=4)
+    want = ConfigScorer(m, g).scores(ids)
+    cached = ConfigScorer(m, g, chunk_size=4).candidates()
     np.testing.assert_allclose(cached(raw), want, rtol=1e-5, atol=1e-6)
-    np.testing.assert_allclose(m.scorer(g, cache=False)(raw), want, rtol=1e-5, atol=1e-6)
+    uncached = ConfigScorer(m, g).candidates(cache=False)
+    np.testing.assert_allclose(uncached(raw), want, rtol=1e-5, atol=1e-6)
     # a config's score does not depend on the others scored with it
     np.testing.assert_allclose(cached(raw[2:3]), want[2:3], rtol=1e-5, atol=1e-6)
     assert m.net.training
@@ -97,7 +98,7 @@ def test_search_small_space_is_exhaustive():
 def tiny_model():
     """A tiny layout ranker trained on two MLPs measured now (few configs and runs)."""
     pytest.importorskip("jax")
-    from graphcost.train.trainer import TrainSettings
+    from graphcost.train import TrainSettings, fit
     from graphcost.xla.measure import Protocol, measure_layout
     from graphcost.xla.programs import make_program
 
@@ -108,7 +109,8 @@ def tiny_model():
         graphs.append(g)
     torch.manual_seed(0)
     m = Model("ranker", "layout", hidden=16, opcode_dim=8, layers=1, ref_configs=8)
-    return m.fit(graphs, settings=TrainSettings(epochs=2, configs_per_graph=6, progress=False))
+    fit(m, graphs, settings=TrainSettings(epochs=2, configs_per_graph=6, progress=False))
+    return m
 
 
 def test_autotune_end_to_end_report_is_consistent(tiny_model, tmp_path):

@@ -38,6 +38,8 @@ from graphcost.autotune.search import SearchResult, search
 from graphcost.autotune.space import Config, ConfigSpace, LayoutConfigs, OptionConfigs
 from graphcost.eval.metrics import kendall_tau
 from graphcost.formats.npz import LayoutGraph, TileGraph
+from graphcost.models.model import as_model
+from graphcost.models.scorer import ConfigScorer
 from graphcost.xla.configs import LayoutPlan, LayoutSpace, compiler_options
 from graphcost.xla.measure import Protocol, time_configs
 
@@ -216,12 +218,6 @@ def measure(t: Tunable, configs: Sequence[Config], protocol: Protocol,
 # ------------------------------------------------------------------ the whole run
 
 
-def _as_model(model: Any):
-    from graphcost.models.model import Model
-
-    return model if isinstance(model, Model) else Model.load(model)
-
-
 def scoring_rates(model: Any, graph: Any, encoded: np.ndarray, batch: int,
                   repeats: int = 2) -> dict[str, Any]:
     """Candidates/s of the cached scorer and of the uncached one on the same batches.
@@ -231,9 +227,9 @@ def scoring_rates(model: Any, graph: Any, encoded: np.ndarray, batch: int,
     cached scorer's one-off setup is reported apart (`cache_setup_s`).
     """
     t0 = time.perf_counter()
-    fns = {True: model.scorer(graph, cache=True)}
+    fns = {True: ConfigScorer(model, graph).candidates(cache=True)}
     setup = time.perf_counter() - t0
-    fns[False] = model.scorer(graph, cache=False)
+    fns[False] = ConfigScorer(model, graph).candidates(cache=False)
     batches = [encoded[i:i + batch] for i in range(0, len(encoded), batch)]
     best = {True: float("inf"), False: float("inf")}
     scores: dict[bool, np.ndarray] = {}
@@ -269,7 +265,7 @@ def autotune(fn: Callable, args: Sequence[Any], model: Any, *, name: str | None 
         raise ValueError(f"k must be at least 1, got {k}")
     say = log or (lambda _msg: None)
     protocol = protocol or Protocol()
-    m = _as_model(model)
+    m = as_model(model)
     kind = "layout" if m.kind == "layout" else "options"
     name = name or getattr(fn, "__name__", "program")
     secs: dict[str, float] = {}
@@ -281,7 +277,7 @@ def autotune(fn: Callable, args: Sequence[Any], model: Any, *, name: str | None 
     initial = t.configs.sample(samples, rng)
     base = t.graph(initial)  # its configs fix the model's reference set
     t0 = time.perf_counter()
-    score_fn = m.scorer(base)
+    score_fn = ConfigScorer(m, base).candidates()
     secs["scorer_s"] = time.perf_counter() - t0
     say(f"{name}: {kind} space of {t.configs.size():.3g} configs over "
         f"{len(t.configs.units)} units; searching with {evaluations} model scores")
