@@ -14,6 +14,7 @@ from dataclasses import dataclass
 import numpy as np
 import torch
 from torch import Tensor, nn
+from torch_geometric.nn import MLP
 from torch_geometric.utils import scatter
 
 from graphcost.data.features import repad_layout
@@ -152,10 +153,10 @@ def collate(items: list[tuple[GraphTensors, np.ndarray]], with_runtime: bool = F
     )
 
 
-def mlp(d_in: int, d_hidden: int, d_out: int, dropout: float = 0.0) -> nn.Sequential:
-    """Two linear layers with a GELU between: the small MLP every model uses."""
-    return nn.Sequential(nn.Linear(d_in, d_hidden), nn.GELU(), nn.Dropout(dropout),
-                         nn.Linear(d_hidden, d_out))
+def mlp(d_in: int, d_hidden: int, d_out: int, dropout: float = 0.0) -> MLP:
+    """Two linear layers with GELU and dropout between: the small MLP every model uses
+    (PyG's `MLP`, no norm, the last layer plain)."""
+    return MLP([d_in, d_hidden, d_out], act="gelu", dropout=dropout, norm=None)
 
 
 class RankingNet(nn.Module):

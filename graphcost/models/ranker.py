@@ -98,6 +98,11 @@ class CrossConfigAttention(nn.Module):
     Queries h (B, Q, d) attend to themselves and to reference configs ref (B, R, d);
     `same` (B|1, Q, R) hides a reference that is the query itself, `ref_mask` (B, R)
     hides padding. In training ref is h and `same` the identity: plain self-attention.
+
+    Written out rather than with `scaled_dot_product_attention`: every query has a key of
+    its own (itself) besides the shared references, which SDPA can only express as a
+    (Q, R + 1) key set per query; on a 1024-config prediction chunk with 32 references
+    that measured 18× slower (20 ms against 1.1 ms per block, 1 core), same outputs.
     """
 
     def __init__(self, d: int, heads: int, dropout: float = 0.0):
