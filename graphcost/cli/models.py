@@ -1,62 +1,11 @@
-"""Commands over models: train, evaluate, predict, submit.
-
-`parse_settings` (beside `TrainSettings` in `graphcost.train.settings`) and
-`models_by_collection` (beside `make_submission` in `graphcost.eval.submit`) are here
-only for now, to move there.
-"""
+"""Commands over models: train, evaluate, predict, submit."""
 
 from __future__ import annotations
-
-from collections.abc import Sequence
-from typing import Any
 
 import click
 
 _device_option = click.option("--device", type=click.Choice(["cpu", "cuda"]), default="cpu",
                               show_default=True)
-
-
-def parse_settings(pairs: Sequence[str], **fixed: Any) -> tuple[Any, dict[str, Any]]:
-    """`key=value` pairs → (TrainSettings, model settings), so that one `--set` option
-    reaches both: a key naming a TrainSettings field is a training setting, any other a
-    model setting (the model checks it). A value is a Python literal where it parses as
-    one, else a string; `fixed` settings (device, seed, …) win. A ValueError names a
-    pair without `=`."""
-    import ast
-    import dataclasses
-
-    from graphcost.train.settings import TrainSettings
-
-    train_fields = {f.name for f in dataclasses.fields(TrainSettings)}
-    train_kw: dict[str, Any] = {}
-    model_kw: dict[str, Any] = {}
-    for pair in pairs:
-        key, sep, raw = pair.partition("=")
-        if not sep:
-            raise ValueError(f"expected key=value, got '{pair}'")
-        try:
-            value = ast.literal_eval(raw)
-        except (ValueError, SyntaxError):
-            value = raw
-        (train_kw if key in train_fields else model_kw)[key] = value
-    return TrainSettings(**{**train_kw, **fixed}), model_kw
-
-
-def models_by_collection(models: Sequence[str], data: str) -> dict[str, str]:
-    """`COLLECTION=MODEL.pt` items → {collection: model path}. A bare model path is for a
-    root holding one collection; a ValueError names the choices when it holds more."""
-    from graphcost.data.collection import find_collections
-
-    mapping = {}
-    for item in models:
-        name, sep, path = item.rpartition("=")
-        if not sep:
-            found = find_collections(data)
-            if len(found) != 1:
-                raise ValueError(f"name the collection: one of {sorted(found)}")
-            name, path = next(iter(found)), item
-        mapping[name] = path
-    return mapping
 
 
 @click.command("train")
@@ -78,8 +27,8 @@ def train_cmd(data: str, model_name: str, out_dir: str, resume: bool, device: st
               epochs: int | None, sets: tuple[str, ...], nproc: int) -> None:
     """Train a ranking model on a collection (its train split; valid for early stopping)."""
     from graphcost.train.distributed import is_main_process, launch
-    from graphcost.train.memory import MemoryBudgetError
     from graphcost.train.run import train_model
+    from graphcost.train.settings import parse_settings
 
     if nproc > 1:  # the same command in nproc processes, under torchrun
         args = ["train", data, "--model", model_name, "--out", out_dir, "--device", device,
@@ -98,7 +47,7 @@ def train_cmd(data: str, model_name: str, out_dir: str, resume: bool, device: st
         raise click.BadParameter(str(e), param_hint="--set") from None
     try:
         _, result = train_model(data, model_name, out_dir, settings, model_kw, resume)
-    except MemoryBudgetError as e:  # said before training starts, with what to do instead
+    except ValueError as e:  # bad settings, or over the memory budget: said before training
         raise click.ClickException(str(e)) from None
     if is_main_process():  # under torchrun: one summary, from rank 0
         click.echo(f"{result['collection']}: best epoch {result['best_epoch']} "
@@ -146,7 +95,7 @@ def predict_cmd(model: str, graph: str, top: int, device: str) -> None:
 @_device_option
 def submit_cmd(data: str, models: tuple[str, ...], out_path: str, split: str, device: str) -> None:
     """Write a competition CSV ranking every graph of SPLIT of the named collections."""
-    from graphcost.eval.submit import make_submission
+    from graphcost.eval.submit import make_submission, models_by_collection
 
     try:
         mapping = models_by_collection(models, data)

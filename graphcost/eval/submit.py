@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from pathlib import Path
 
 from graphcost.data.collection import find_collections
@@ -30,3 +31,18 @@ def make_submission(models: dict[str, str | Path | Model], data: str | Path, out
                                                                     score_graph(m, g, None,
                                                                                 chunk_size))
     return write_submission(rows, out)
+
+
+def models_by_collection(models: Sequence[str], data: str) -> dict[str, str]:
+    """`COLLECTION=MODEL.pt` items → {collection: model path}. A bare model path is for a
+    root holding one collection; a ValueError names the choices when it holds more."""
+    mapping = {}
+    for item in models:
+        name, sep, path = item.rpartition("=")
+        if not sep:
+            found = find_collections(data)
+            if len(found) != 1:
+                raise ValueError(f"name the collection: one of {sorted(found)}")
+            name, path = next(iter(found)), item
+        mapping[name] = path
+    return mapping

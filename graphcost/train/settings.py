@@ -2,7 +2,11 @@
 
 from __future__ import annotations
 
+import ast
+import dataclasses
+from collections.abc import Sequence
 from dataclasses import dataclass
+from typing import Any
 
 MODES = ("full", "gst")
 
@@ -52,3 +56,24 @@ class TrainSettings:
         for name in ("epochs", "graphs_per_batch", "configs_per_graph"):
             if getattr(self, name) < 1:
                 raise ValueError(f"{name} must be at least 1, got {getattr(self, name)}")
+
+
+def parse_settings(pairs: Sequence[str], **fixed: Any) -> tuple[TrainSettings, dict[str, Any]]:
+    """`key=value` pairs → (TrainSettings, model settings), so that one `--set` option
+    reaches both: a key naming a TrainSettings field is a training setting, any other a
+    model setting (the model checks it). A value is a Python literal where it parses as
+    one, else a string; `fixed` settings (device, seed, …) win. A ValueError names a
+    pair without `=`."""
+    train_fields = {f.name for f in dataclasses.fields(TrainSettings)}
+    train_kw: dict[str, Any] = {}
+    model_kw: dict[str, Any] = {}
+    for pair in pairs:
+        key, sep, raw = pair.partition("=")
+        if not sep:
+            raise ValueError(f"expected key=value, got '{pair}'")
+        try:
+            value = ast.literal_eval(raw)
+        except (ValueError, SyntaxError):
+            value = raw
+        (train_kw if key in train_fields else model_kw)[key] = value
+    return TrainSettings(**{**train_kw, **fixed}), model_kw
