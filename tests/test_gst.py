@@ -204,7 +204,7 @@ def test_gst_training_learns_and_the_head_phase_trains_only_the_head():
     assert tau > 0.3
 
 
-@pytest.mark.parametrize("fresh", [1, 2])  # the paper's step; two segments through replay
+@pytest.mark.parametrize("fresh", [0, 1, 2])  # every segment; the paper's step; two
 def test_resume_restores_the_table_and_matches_an_uninterrupted_run(tmp_path, fresh):
     train_graphs, valid = layout_split(0, 4, "tr"), layout_split(1, 1, "va")
     s = gst_settings(epochs=2, head_finetune_epochs=1, gst_fresh_segments=fresh)

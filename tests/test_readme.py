@@ -6,6 +6,7 @@ import shlex
 from pathlib import Path
 
 import click
+import pytest
 
 from graphcost.cli import main
 
@@ -47,3 +48,24 @@ def test_every_readme_command_exists_with_its_options():
         declared = {o for p in cmd.params for o in getattr(p, "opts", [])}
         used = {a.split("=")[0] for a in rest if a.startswith("-")}
         assert used <= declared, f"graphcost {' '.join(args)}: unknown {used - declared}"
+
+
+def test_python_api_examples_run_in_order(tmp_path, monkeypatch):
+    """The README's Python blocks (train, evaluate, predict, autotune) run as written, one
+    after another in one namespace, from a folder where `graphcost/sample` is the bundled
+    data."""
+    pytest.importorskip("jax", reason="the autotune example needs the xla extra")
+    blocks = re.findall(r"```python\n(.*?)```", README.read_text(), flags=re.S)
+    assert len(blocks) == 4
+    (tmp_path / "graphcost").mkdir()
+    (tmp_path / "graphcost" / "sample").symlink_to(README.parent / "graphcost" / "sample")
+    monkeypatch.chdir(tmp_path)
+    for block in blocks:
+        assert len(block.strip().splitlines()) <= 10
+    names: dict = {}
+    for block in blocks:
+        exec(compile(block, "README.md", "exec"), names)
+    assert (tmp_path / "runs" / "py" / "model.pt").exists()
+    assert names["report"]["split"] == "test" and names["report"]["graphs"]
+    assert sorted(names["order"]) == list(range(names["graph"].num_configs))
+    assert names["result"].kind == "layout" and len(names["result"].measured) >= 3

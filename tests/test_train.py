@@ -114,3 +114,23 @@ def test_cli_train_evaluate_predict_submit(tmp_path):
     rows = read_submission(tmp_path / "sub.csv", {f"tile:xla:{p.stem}": 12
                                                    for p in (coll / "test").glob("*.npz")})
     assert all(len(v) == 5 for v in rows.values())
+
+
+def test_optimiser_decays_weight_matrices_only():
+    """No weight decay on biases, norm weights and embeddings (nanoGPT's groups)."""
+    from graphcost.data.features import FeatureTransform
+    from graphcost.train.optim import param_groups
+
+    g = layout_split(0, 1, "g")[0]
+    net = Model("ranker", "layout").build(FeatureTransform.fit([g])).net
+    decay, no_decay = param_groups(net, net.parameters(), 0.1)
+    assert decay["weight_decay"] == 0.1 and no_decay["weight_decay"] == 0.0
+    names = {id(p): n for n, p in net.named_parameters()}
+    decayed = {names[id(p)] for p in decay["params"]}
+    kept = {names[id(p)] for p in no_decay["params"]}
+    assert decayed.isdisjoint(kept) and decayed | kept == set(names.values())
+    assert "opcode.weight" in kept and "norms.0.weight" in kept
+    assert all(n.endswith("bias") or "norm" in n or n == "opcode.weight" for n in kept)
+    assert all(net.get_parameter(n).ndim == 2 for n in decayed)
+    head_only = param_groups(net, net.head_parameters(), 0.1)
+    assert sum(len(x["params"]) for x in head_only) == len(net.head_parameters())

@@ -38,8 +38,6 @@ from graphcost.autotune.search import SearchResult, search
 from graphcost.autotune.space import Config, ConfigSpace, LayoutConfigs, OptionConfigs
 from graphcost.eval.metrics import kendall_tau
 from graphcost.formats.npz import LayoutGraph, TileGraph
-from graphcost.models.model import as_model
-from graphcost.models.scorer import ConfigScorer
 from graphcost.xla.configs import LayoutPlan, LayoutSpace, compiler_options
 from graphcost.xla.measure import Protocol, time_configs
 
@@ -226,6 +224,8 @@ def scoring_rates(model: Any, graph: Any, encoded: np.ndarray, batch: int,
     in alternation and the fastest pass kept (timings on a shared core are noisy). The
     cached scorer's one-off setup is reported apart (`cache_setup_s`).
     """
+    from graphcost.models.scorer import ConfigScorer  # torch only once a function runs
+
     t0 = time.perf_counter()
     fns = {True: ConfigScorer(model, graph).candidates(cache=True)}
     setup = time.perf_counter() - t0
@@ -265,6 +265,8 @@ def autotune(fn: Callable, args: Sequence[Any], model: Any, *, name: str | None 
         raise ValueError(f"k must be at least 1, got {k}")
     say = log or (lambda _msg: None)
     protocol = protocol or Protocol()
+    from graphcost.models.scorer import ConfigScorer, as_model  # torch only once this runs
+
     m = as_model(model)
     kind = "layout" if m.kind == "layout" else "options"
     name = name or getattr(fn, "__name__", "program")

@@ -1,0 +1,72 @@
+"""The package's structure (DESIGN §8): one direction of flow, small modules, one loop."""
+
+import ast
+from graphlib import CycleError, TopologicalSorter
+from pathlib import Path
+
+PACKAGE = Path(__file__).parents[1] / "graphcost"
+
+
+def modules() -> dict[str, ast.Module]:
+    out = {}
+    for f in PACKAGE.rglob("*.py"):
+        parts = list(f.relative_to(PACKAGE.parent).with_suffix("").parts)
+        if parts[-1] == "__init__":
+            parts = parts[:-1]
+        out[".".join(parts)] = ast.parse(f.read_text())
+    return out
+
+
+def imports(mods: dict[str, ast.Module]) -> dict[str, set[str]]:
+    """Module → graphcost modules it imports anywhere (also inside functions); a package
+    stands for its `__init__`."""
+    edges: dict[str, set[str]] = {m: set() for m in mods}
+    for m, tree in mods.items():
+        for node in ast.walk(tree):
+            names = []
+            if isinstance(node, ast.Import):
+                names = [a.name for a in node.names]
+            elif isinstance(node, ast.ImportFrom) and node.module and not node.level:
+                # `from P import X`: module P.X when there is one, else P itself
+                names = [f"{node.module}.{a.name}" for a in node.names]
+            for name in names:
+                while name and name not in mods:
+                    name = name.rpartition(".")[0]
+                if name and name != m:
+                    edges[m].add(name)
+    return edges
+
+
+def test_no_import_cycles():
+    edges = imports(modules())
+    try:
+        list(TopologicalSorter(edges).static_order())
+    except CycleError as e:
+        raise AssertionError(f"import cycle: {' -> '.join(e.args[1])}") from None
+
+
+def test_models_never_import_training_and_formats_never_import_data():
+    edges = imports(modules())
+    for m, targets in edges.items():
+        if m.startswith("graphcost.models"):
+            assert not {t for t in targets if t.startswith("graphcost.train")}, m
+        if m.startswith("graphcost.formats"):
+            assert not {t for t in targets if t.startswith("graphcost.data")}, m
+
+
+def test_no_module_over_500_lines():
+    long = {f.name: n for f in PACKAGE.rglob("*.py")
+            if (n := len(f.read_text().splitlines())) > 500}
+    assert not long
+
+
+def test_exactly_one_module_steps_an_optimiser():
+    """Optimiser steps (`opt.step()`, `optimizer.step()`) happen in the one training loop."""
+    stepping = set()
+    for m, tree in modules().items():
+        for node in ast.walk(tree):
+            if (isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute)
+                    and node.func.attr == "step" and isinstance(node.func.value, ast.Name)
+                    and "opt" in node.func.value.id):
+                stepping.add(m)
+    assert stepping == {"graphcost.train.loop"}
