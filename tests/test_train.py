@@ -130,7 +130,10 @@ def test_optimiser_decays_weight_matrices_only():
     kept = {names[id(p)] for p in no_decay["params"]}
     assert decayed.isdisjoint(kept) and decayed | kept == set(names.values())
     assert "opcode.weight" in kept and "norms.0.weight" in kept
-    assert all(n.endswith("bias") or "norm" in n or n == "opcode.weight" for n in kept)
+    owner = lambda n: net.get_submodule(n.rpartition(".")[0])  # noqa: E731
+    assert all(n.endswith("bias") or isinstance(owner(n), torch.nn.Embedding | torch.nn.LayerNorm)
+               for n in kept)
+    assert "head.0.weight" in kept  # the head's LayerNorm
     assert all(net.get_parameter(n).ndim == 2 for n in decayed)
     head_only = param_groups(net, net.head_parameters(), 0.1)
     assert sum(len(x["params"]) for x in head_only) == len(net.head_parameters())
