@@ -210,8 +210,8 @@ def test_resume_restores_the_table_and_matches_an_uninterrupted_run(tmp_path, fr
     s = gst_settings(epochs=2, head_finetune_epochs=1, gst_fresh_segments=fresh)
     whole = fit(Model("ranker", "layout", hidden=16), train_graphs, valid, s, tmp_path / "w")
     killed = fit(Model("ranker", "layout", hidden=16), train_graphs, valid,
-                   gst_settings(epochs=2, head_finetune_epochs=1, stop_after_epoch=2,
-                                gst_fresh_segments=fresh), tmp_path / "k")
+                 gst_settings(epochs=2, head_finetune_epochs=1, stop_after_epoch=2,
+                              gst_fresh_segments=fresh), tmp_path / "k")
     assert killed["stopped"]
     ckpt = torch.load(tmp_path / "k" / "last.pt", weights_only=False)
     after_main = ckpt["best_state"]["state_dict"]  # the head phase starts from the best weights
@@ -223,8 +223,11 @@ def test_resume_restores_the_table_and_matches_an_uninterrupted_run(tmp_path, fr
     for name in ("embeddings.npy", "written.npy"):
         np.testing.assert_array_equal(np.load(tmp_path / "w" / "gst_table" / name),
                                       np.load(tmp_path / "k" / "gst_table" / name))
-    # the head phase changed the head and nothing else
     final = torch.load(tmp_path / "k" / "last.pt", weights_only=False)["model"]["state_dict"]
+    uninterrupted = torch.load(tmp_path / "w" / "last.pt", weights_only=False)["model"]
+    for n, w in uninterrupted["state_dict"].items():  # the same weights at the end
+        torch.testing.assert_close(final[n], w, rtol=0, atol=1e-6, msg=n)
+    # the head phase changed the head and nothing else
     head = {n for n in final if n.startswith(("attn.", "head."))}
     assert head
     for n in set(final) - head:

@@ -52,7 +52,7 @@ def test_killed_and_resumed_run_matches_an_uninterrupted_one(tmp_path):
     whole = fit(full, train_graphs, valid, s, tmp_path / "whole")
 
     killed = fit(Model("ranker", "layout", hidden=32), train_graphs, valid,
-                   TrainSettings(**{**s.__dict__, "stop_after_epoch": 1}), tmp_path / "split")
+                 TrainSettings(**{**s.__dict__, "stop_after_epoch": 1}), tmp_path / "split")
     assert killed["stopped"] and len(killed["history"]) == 1
     resumed_model = Model("ranker", "layout", hidden=32)
     resumed = fit(resumed_model, train_graphs, valid, s, tmp_path / "split", resume=True)
@@ -60,6 +60,9 @@ def test_killed_and_resumed_run_matches_an_uninterrupted_one(tmp_path):
     for a, b in zip(whole["history"], resumed["history"], strict=True):
         assert abs(a["train_loss"] - b["train_loss"]) < 1e-6
         assert abs(a["valid_tau"] - b["valid_tau"]) < 1e-6
+    weights = resumed_model.net.state_dict()
+    for name, w in full.net.state_dict().items():  # the same weights, not just close scores
+        torch.testing.assert_close(weights[name], w, rtol=0, atol=1e-6, msg=name)
     for g in valid:
         np.testing.assert_allclose(score_graph(full, g), score_graph(resumed_model, g), atol=1e-6)
     lines = (tmp_path / "split" / "metrics.jsonl").read_text().splitlines()
