@@ -140,3 +140,11 @@ def test_optimiser_decays_weight_matrices_only():
     assert all(net.get_parameter(n).ndim == 2 for n in decayed)
     head_only = param_groups(net, net.head_parameters(), 0.1)
     assert sum(len(x["params"]) for x in head_only) == len(net.head_parameters())
+
+
+@pytest.mark.parametrize("mode", ["full", "gst"])
+def test_graphs_without_two_configs_to_rank_are_refused(mode):
+    g = make_layout_graph(np.random.default_rng(0), num_nodes=40, num_configs=1, name="one")
+    s = TrainSettings(epochs=1, progress=False, mode=mode, segment_size=20)
+    with pytest.raises(ValueError, match="two or more distinct configs"):
+        fit(Model("ranker", "layout"), [g], None, s)

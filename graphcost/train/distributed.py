@@ -1,7 +1,7 @@
-"""Multi-process training with PyTorch DDP: the plumbing that `trainer.train` hooks into.
+"""Multi-process training with PyTorch DDP: the plumbing that `loop.fit` hooks into.
 
 `torchrun --nproc_per_node N -m graphcost train …` (or `graphcost train --nproc N`) starts N
-processes that each run `train` with the same arguments. How they compute exactly the step
+processes that each run `fit` with the same arguments. How they compute exactly the step
 one process would compute with the same seed:
 
 - Every rank draws the SAME global batch: the same graph order and the same config samples
@@ -82,7 +82,7 @@ def init_from_env(device: str = "cpu") -> bool:
 class Context:
     """Where this process stands in the run: its rank, the world size and its device.
 
-    Every collective here is a no-op at world size 1, so the trainer calls them
+    Every collective here is a no-op at world size 1, so the training loop calls them
     unconditionally and the one-process path stays what it was.
     """
 
@@ -192,7 +192,7 @@ def launch(nproc: int, args: Sequence[str]) -> int:
 
 
 def in_process_group(fn: Callable[..., T]) -> Callable[..., T]:
-    """Decorate `train(model, …, settings, …)`: under torchrun, run it inside the process
+    """Decorate `fit(model, …, settings, …)`: under torchrun, run it inside the process
     group (created from the environment and destroyed afterwards, even on errors); without
     torchrun, call it as is."""
     signature = inspect.signature(fn)

@@ -45,7 +45,7 @@ from graphcost.train import distributed
 from graphcost.train.history import EmbeddingTable, fresh_weight, stale_sum
 from graphcost.train.sampling import sample_configs, train_config_ids
 from graphcost.train.settings import TrainSettings
-from graphcost.train.steps import Step
+from graphcost.train.steps import NOTHING_TO_RANK, Step
 
 
 @dataclass
@@ -121,7 +121,7 @@ class SegmentStep(Step):
                 self.items.append(GstItem(gt, ids, split_segments(gt, s.segment_size,
                                                                   net.segment_halo)))
         if not self.items:
-            raise ValueError("no train graph has two or more configs")
+            raise ValueError(NOTHING_TO_RANK)
         with torch.no_grad():
             probe = self.items[0].segments.encode(net, self.items[0].configs[:1], [0])
         self.tmp = None if out is not None else Path(tempfile.mkdtemp(prefix="gst-"))

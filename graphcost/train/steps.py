@@ -32,6 +32,8 @@ from graphcost.train.memory import check_full_graph_memory
 from graphcost.train.sampling import sample_configs, train_config_ids
 from graphcost.train.settings import TrainSettings
 
+NOTHING_TO_RANK = "no train graph has two or more distinct configs to rank"
+
 
 class Step(ABC):
     """The interface `fit` drives. A strategy is built after the network (`configure`
@@ -92,6 +94,8 @@ class FullGraphStep(Step):
             ids = train_config_ids(g, s.dedup)
             if ids.size >= 2:
                 self.items.append((gt, ids))
+        if not self.items:
+            raise ValueError(NOTHING_TO_RANK)
         check_full_graph_memory(model.settings, [gt.x.shape[0] for gt, _ in self.items],
                                 s.graphs_per_batch, s.configs_per_graph, s.memory_budget)
 
