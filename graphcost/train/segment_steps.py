@@ -127,7 +127,8 @@ class SegmentStep(Step):
         self.tmp = None if out is not None else Path(tempfile.mkdtemp(prefix="gst-"))
         self.table = EmbeddingTable((out or self.tmp) / "gst_table",
                                     [(it.configs.size, len(it.segments)) for it in self.items],
-                                    probe.shape[-1], resume=True)  # `resume` forgets
+                                    probe.shape[-1], resume=True)  # rows written after the
+        # epoch a run goes on from are forgotten in `resume`, called by fit for every run
         self.head_since: int | None = None  # first epoch of the head phase
         self.ages: list[np.ndarray] = []
 
