@@ -2,12 +2,13 @@
 
 from __future__ import annotations
 
+import json
 import os
 import tempfile
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
-from typing import IO
+from typing import IO, Any
 
 
 @contextmanager
@@ -31,3 +32,10 @@ def atomic_open(path: str | Path, mode: str = "wb", **kwargs) -> Iterator[IO]:
         if os.path.exists(tmp):
             os.unlink(tmp)
         raise
+
+
+def write_json(obj: Any, path: str | Path) -> Path:
+    """Write `obj` as indented JSON, atomically (numpy scalars written as floats)."""
+    with atomic_open(path, "w") as f:
+        json.dump(obj, f, indent=1, default=float)
+    return Path(path)

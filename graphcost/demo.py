@@ -17,9 +17,10 @@ from pathlib import Path
 
 import numpy as np
 
+from graphcost.atomic import write_json
 from graphcost.data.collection import Collection, find_collections, open_collection
 from graphcost.data.inspect import sample_root
-from graphcost.eval.evaluate import evaluate_model, write_json
+from graphcost.eval.evaluate import evaluate_model
 from graphcost.eval.report import (
     RunResult,
     format_table,

@@ -4,7 +4,8 @@ from __future__ import annotations
 
 import click
 
-from graphcost.cli.options import autotune_options, pin, write_json
+from graphcost.atomic import write_json
+from graphcost.cli.options import autotune_options, pin
 
 
 @click.command("autotune")
@@ -43,7 +44,7 @@ def autotune_cmd(spec: str, model_path: str, out: str, report_path: str | None, 
     click.echo(f"wrote {out}" + (f" (pinned to core {core})" if core is not None else ""))
     click.echo(how_to_apply(result.config, out))
     if report_path:
-        write_json(result.to_dict(), report_path, default=float)
+        write_json(result.to_dict(), report_path)
 
 
 @click.command("apply")

@@ -7,7 +7,8 @@ from typing import Any
 
 import click
 
-from graphcost.cli.options import autotune_options, comma_list, pin, write_json
+from graphcost.atomic import write_json
+from graphcost.cli.options import autotune_options, comma_list, pin
 
 
 @click.group()
@@ -107,7 +108,7 @@ def bench_autotune_cmd(model_path: str | None, data: str | None, kind: str, trai
     result["core"] = core  # pinned above, for the whole process
     click.echo(format_bench(result))
     if json_path:
-        write_json(result, json_path, default=float)
+        write_json(result, json_path)
 
 
 @bench.command("scale")

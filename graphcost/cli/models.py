@@ -64,7 +64,8 @@ def train_cmd(data: str, model_name: str, out_dir: str, resume: bool, device: st
 def evaluate_cmd(model: str, data: str, split: str, max_configs: int, json_path: str | None,
                  device: str) -> None:
     """Metrics of a saved model on a split: per-graph table and means with 95% intervals."""
-    from graphcost.eval.evaluate import evaluate_model, format_report, write_json
+    from graphcost.atomic import write_json
+    from graphcost.eval.evaluate import evaluate_model, format_report
 
     report = evaluate_model(model, data, split, max_configs=max_configs, device=device)
     click.echo(format_report(report))

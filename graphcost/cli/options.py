@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import os
 from collections.abc import Callable
-from typing import Any
 
 import click
 
@@ -12,14 +11,6 @@ import click
 def comma_list(value: str | None) -> list[str]:
     """A comma-separated option value as its items: `'a, b,'` is ['a', 'b']."""
     return [x.strip() for x in value.split(",") if x.strip()] if value else []
-
-
-def write_json(obj: Any, path: str, default: Callable[[Any], Any] | None = None) -> None:
-    """Write what a `--json` or `--report` option asks for."""
-    import json
-
-    with open(path, "w") as f:
-        json.dump(obj, f, indent=1, default=default)
 
 
 def pin(core: int | None, no_pin: bool) -> int | None:

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 
 import numpy as np
@@ -50,9 +49,3 @@ def format_report(report: dict) -> str:
         lines.append(f"  {metric:<12} {v['mean']:.4f} [{v['lo']:.4f}, {v['hi']:.4f}]")
     return "\n".join(lines)
 
-
-def write_json(report: dict, path: str | Path) -> Path:
-    path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    path.write_text(json.dumps(report, indent=1, default=float))
-    return path

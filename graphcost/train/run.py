@@ -2,10 +2,10 @@
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 from typing import Any
 
+from graphcost.atomic import write_json
 from graphcost.data.collection import open_collection
 from graphcost.models.model import Model
 from graphcost.train.distributed import is_main_process
@@ -27,11 +27,8 @@ def train_model(data: str | Path, model: str = "ranker", out_dir: str | Path = "
     m = Model(model, coll.kind, **(model_settings or {}))
     main = is_main_process()  # under torchrun only rank 0 writes files
     if main:
-        run = Path(out_dir) / "run.json"
-        run.parent.mkdir(parents=True, exist_ok=True)
-        run.write_text(json.dumps({"data": str(Path(data).resolve()), "collection": coll.name,
-                                   "model": model, "model_settings": model_settings or {}},
-                                  indent=1))
+        write_json({"data": str(Path(data).resolve()), "collection": coll.name, "model": model,
+                    "model_settings": model_settings or {}}, Path(out_dir) / "run.json")
     result = fit(m, list(coll.graphs(train_split, lazy=True)), valid, settings, out_dir, resume)
     if main and not result["stopped"]:
         m.save(Path(out_dir) / "model.pt")
