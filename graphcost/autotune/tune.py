@@ -265,7 +265,8 @@ def autotune(fn: Callable, args: Sequence[Any], model: Any, *, name: str | None 
         raise ValueError(f"k must be at least 1, got {k}")
     say = log or (lambda _msg: None)
     protocol = protocol or Protocol()
-    from graphcost.models.scorer import ConfigScorer, as_model  # torch only once this runs
+    from graphcost.models.model import as_model  # torch only once this runs
+    from graphcost.models.scorer import ConfigScorer
 
     m = as_model(model)
     kind = "layout" if m.kind == "layout" else "options"

@@ -40,6 +40,7 @@ from torch.utils.checkpoint import checkpoint
 from graphcost.formats import Graph
 from graphcost.models.base import GraphTensors, collate
 from graphcost.models.model import Model
+from graphcost.models.scorer import eval_mode
 from graphcost.models.segments import Segments, split_segments
 from graphcost.train import distributed
 from graphcost.train.history import EmbeddingTable, fresh_weight, stale_sum
@@ -159,12 +160,10 @@ class SegmentStep(Step):
             if self.head_since is None:
                 h = self.embed(gis, chosen, slots, rng, epoch)
             else:  # frozen encoder, exact embeddings of every segment
-                with torch.no_grad():
-                    self.net.eval()
+                with torch.no_grad(), eval_mode(self.net):
                     h = torch.stack([self.historical(gi, it, sl, None, self.head_since,
                                                      epoch)[0].sum(1)
                                      for gi, it, sl in zip(gis, chosen, slots, strict=True)])
-                    self.net.train()
                 h = h.to(dev)
             scores = self.net.score_embedding(h, mask)
         return self.loss_fn(scores.float(), runtime, mask), int(mask.sum())
