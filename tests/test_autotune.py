@@ -99,7 +99,8 @@ def tiny_model():
     """A tiny layout ranker trained on two MLPs measured now (few configs and runs)."""
     pytest.importorskip("jax")
     from graphcost.train import TrainSettings, fit
-    from graphcost.xla.measure import Protocol, measure_layout
+    from graphcost.xla.measure import Protocol
+    from graphcost.xla.prepare import measure_layout
     from graphcost.xla.programs import make_program
 
     graphs = []

@@ -1,17 +1,30 @@
-"""Whole collection runs: layout on disk, resumption, crashes, family splits, noise."""
+"""Whole collection runs: layout on disk, resumption after a kill, crashes, family splits,
+the pipeline, the noise ceiling."""
 
 import json
 import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
 
+import numpy as np
 import pytest
 
 pytest.importorskip("jax")
 
 from graphcost.data.collection import find_collections  # noqa: E402
 from graphcost.data.inspect import validate_paths  # noqa: E402
+from graphcost.formats.npz import read_extra  # noqa: E402
 from graphcost.xla.collect import collect, read_log  # noqa: E402
 from graphcost.xla.measure import Protocol  # noqa: E402
-from graphcost.xla.plan import CollectSpec, assign_splits, plan_tasks  # noqa: E402
+from graphcost.xla.plan import (  # noqa: E402
+    CollectSpec,
+    assign_splits,
+    collection_name,
+    plan_tasks,
+)
 
 FAST = Protocol(warmup=1, runs=3)
 TINY = {"per_family": 1, "families": ["mlp", "reduction"]}
@@ -46,8 +59,9 @@ def test_collection_resumes_after_a_stop_and_measures_noise(tmp_path):
     assert first.written == 2 and first.remaining == 4
     (tmp_path / "log.jsonl").open("a").write('{"cut off by a ki')  # a kill mid-write
     spec.limit = 0
-    second = collect(spec, repeat=1)
+    second = collect(spec)
     assert second.skipped == 2 and second.written == 4 and second.remaining == 0
+    assert second.samples > 0 and second.samples_per_minute > 0
 
     files = sorted(tmp_path.rglob("*.npz"))
     assert len(files) == 6 and not list(tmp_path.rglob("*.part"))
@@ -62,8 +76,17 @@ def test_collection_resumes_after_a_stop_and_measures_noise(tmp_path):
         assert not (fams.get("train", set()) & fams.get("valid", set()))
         manifest = json.loads((coll.root / "manifest.json").read_text())
         assert manifest["jax"] and manifest["samples_per_minute_per_core"] > 0
-        assert "noise_ceiling_tau" in manifest, name
-    assert json.loads((tmp_path / "noise.json").read_text())["graphs"]
+        taus = [e["noise_tau"] for e in log if collection_name(e["task"]["kind"]) == name]
+        assert len(taus) == 2, name
+        assert manifest["noise_ceiling_tau"] == pytest.approx(np.mean(taus)), name
+        low, high = manifest["noise_ceiling_ci"]
+        assert low <= manifest["noise_ceiling_tau"] <= high
+    summary = json.loads((tmp_path / "summary.json").read_text())
+    assert set(summary) == set(colls) and all(v["graphs"] == 2 for v in summary.values())
+    for f in files:  # every config carries its executable and both rounds' medians
+        extra = read_extra(f)
+        assert extra["config_runtime_rounds"].shape[1] == FAST.rounds
+        assert len(extra["config_fingerprint"]) == len(extra["config_runtime_rounds"])
 
 
 def test_a_crashing_program_is_reported_and_the_rest_finish(tmp_path):
@@ -87,6 +110,50 @@ def test_cli_measure_prints_every_config(tmp_path):
     r = CliRunner().invoke(main, ["measure", "mlp.000", "--per-family", "1", "--configs", "3",
                                   "--runs", "3", "--warmup", "1", "--out", str(out)])
     assert r.exit_code == 0, r.output
-    assert r.output.count("config ") == 3 and out.exists()
+    assert r.output.count("executable ") == 3 and out.exists()
+    assert "3 distinct executables" in r.output
     bad = CliRunner().invoke(main, ["measure", "nope.000", "--per-family", "1"])
     assert bad.exit_code != 0 and "no program" in bad.output
+
+
+def _files(folder: Path) -> dict[str, int]:
+    return {str(p): p.stat().st_mtime_ns for p in folder.rglob("*.npz")}
+
+
+def test_a_killed_collection_resumes_without_measuring_anything_twice(tmp_path):
+    """Kill the whole run (parent and workers) once a graph is written; the rerun leaves
+    every written file alone and measures exactly the rest."""
+    spec = dict(out=str(tmp_path), program_kwargs=TINY, num_configs=3,
+                protocol={"warmup": 1, "runs": 3}, kinds=["layout:random", "options"])
+    code = ("import json, sys; from graphcost.xla.collect import collect; "
+            "from graphcost.xla.plan import CollectSpec; "
+            "collect(CollectSpec(**json.loads(sys.argv[1])))")
+    proc = subprocess.Popen([sys.executable, "-c", code, json.dumps(spec)],
+                            start_new_session=True, stderr=subprocess.DEVNULL)
+    deadline = time.time() + 120
+    while not _files(tmp_path) and time.time() < deadline and proc.poll() is None:
+        time.sleep(0.05)
+    os.killpg(proc.pid, signal.SIGKILL)
+    proc.wait()
+    before = _files(tmp_path)
+    assert 1 <= len(before) < 4, "the kill came after the whole run finished"
+    result = collect(CollectSpec(**spec))
+    assert result.skipped == len(before) and result.written == 4 - len(before)
+    after = _files(tmp_path)
+    assert {p: after[p] for p in before} == before  # nothing written before was touched
+    measured = [e["path"] for e in map(json.loads, (tmp_path / "log.jsonl").read_text()
+                                       .splitlines()) if e.get("status") == "ok"]
+    assert sorted(measured) == sorted(after)  # each graph measured (logged) once
+
+
+def test_pipeline_and_inline_runs_sample_the_same_executables(tmp_path):
+    kw = dict(program_kwargs={"per_family": 1, "families": ["mlp"]}, num_configs=4,
+              protocol=FAST, kinds=["layout:random"])
+    inline = collect(CollectSpec(out=str(tmp_path / "inline"), pipeline=False, **kw))
+    piped = collect(CollectSpec(out=str(tmp_path / "piped"), pipeline=True, **kw))
+    assert inline.written == piped.written == 1
+    (a,), (b,) = (list((tmp_path / d).rglob("*.npz")) for d in ("inline", "piped"))
+    fa, fb = read_extra(a)["config_fingerprint"], read_extra(b)["config_fingerprint"]
+    assert fa.tolist() == fb.tolist() and len(set(fa.tolist())) == 4
+    log = read_log(tmp_path / "piped")
+    assert [e["core"] for e in log.values()] == [[sorted(os.sched_getaffinity(0))[-1]]]

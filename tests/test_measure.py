@@ -18,12 +18,18 @@ from graphcost.xla.configs import (  # noqa: E402
     sample_layout_plans,
     sample_option_configs,
 )
+from graphcost.xla.fingerprint import fingerprint  # noqa: E402
 from graphcost.xla.measure import (  # noqa: E402
     Protocol,
-    measure_layout,
-    measure_options,
     outputs_agree,
     time_configs,
+)
+from graphcost.xla.prepare import (  # noqa: E402
+    Prepared,
+    measure_layout,
+    measure_options,
+    prepare_options,
+    time_prepared,
 )
 
 FAST = Protocol(warmup=1, runs=3)
@@ -85,7 +91,8 @@ def test_measure_layout_writes_a_valid_graph():
     graph, report = measure_layout("two_dots", two_dots, _args(), "random", 4, protocol=FAST)
     assert isinstance(graph, LayoutGraph)
     validate_graph(graph, "two_dots", deep=True)
-    assert graph.num_configs == len(report.kept) >= 2
+    assert graph.num_configs == report.kept >= 2
+    assert report.extra["config_runtime_rounds"].shape == (graph.num_configs, FAST.rounds)
     assert (graph.node_config_feat[0] == -1).all()  # config 0 is the compiler default
     assert (graph.config_runtime > 0).all()
     opcodes = graph.node_opcode[graph.node_config_ids]
@@ -151,3 +158,74 @@ def test_measure_options_normalises_by_the_default():
     assert (graph.config_runtime_normalizers == graph.config_runtime[0]).all()
     assert graph.config_feat[1, 0] == 1 and graph.config_feat[0, 0] == 0
     assert graph.config_feat[0, -1] == 0 and graph.config_feat[1, -1] == 1
+
+
+def _knob_config(*names: str) -> tuple[int, ...]:
+    """An options config with the named knobs at their first non-default choice."""
+    known = {k.name for k in OPTION_KNOBS}
+    assert set(names) <= known, f"knobs {set(names) - known} are gone from OPTION_KNOBS"
+    return tuple(1 if k.name in names else 0 for k in OPTION_KNOBS)
+
+
+def test_configs_with_one_executable_are_timed_once_and_tie():
+    """Disabling a pass that has nothing to do (no dot) leaves the executable as it is;
+    fast math changes code generation, so it is a second executable."""
+    def ew(x):
+        return jnp.tanh(x) * 2 + 1
+
+    configs = [_knob_config(), _knob_config("no_dot_library_rewriter"),
+               _knob_config("fast_math")]
+    prep = prepare_options("ew", ew, (jnp.ones((64, 64)),), distinct=3, configs=configs)
+    assert prep.sampled == 3 and len(prep.executables) == 2 and prep.exhausted
+    assert prep.fingerprints[0] == prep.fingerprints[1] != prep.fingerprints[2]
+    graph, report = time_prepared(Prepared.from_bytes(prep.to_bytes()), (jnp.ones((64, 64)),),
+                                  FAST)
+    assert len(report.timings) == 2  # one measurement per executable
+    assert graph.num_configs == 3
+    assert graph.config_runtime[0] == graph.config_runtime[1]
+    fp = report.extra["config_fingerprint"]
+    assert fp[0] == fp[1] != fp[2]
+    assert report.summary()["distinct"] == 2
+
+
+def test_fingerprint_ignores_metadata_but_not_code_or_codegen_options():
+    x = jnp.ones((16, 16))
+
+    def f(x):
+        return jnp.tanh(x @ x)
+
+    def g(x):
+        with jax.named_scope("somewhere_else"):
+            return jnp.tanh(x @ x)
+
+    text_f = jax.jit(f).lower(x).compile().as_text()
+    text_g = jax.jit(g).lower(x).compile().as_text()
+    assert text_f != text_g  # the names and scopes differ ...
+    assert fingerprint(text_f) == fingerprint(text_g)  # ... the executable does not
+    other = jax.jit(lambda x: jnp.sin(x @ x)).lower(x).compile().as_text()
+    assert fingerprint(other) != fingerprint(text_f)
+    assert fingerprint(text_f, {"xla_cpu_enable_fast_math": True}) != fingerprint(text_f)
+    assert fingerprint(text_f, {"xla_disable_hlo_passes": "fusion"}) == fingerprint(text_f)
+
+
+def test_sampling_stops_at_the_wanted_number_of_distinct_executables():
+    graph, report = measure_layout("two_dots", two_dots, _args(), "random", 3, protocol=FAST)
+    assert report.distinct == 3 and not report.exhausted
+    assert len(set(report.extra["config_fingerprint"].tolist())) == 3
+
+
+def test_rounds_are_kept_and_their_tau_is_reported():
+    protocol = Protocol(warmup=1, runs=3, rounds=3)
+    graph, report = measure_layout("two_dots", two_dots, _args(), "random", 4,
+                                   protocol=protocol)
+    rounds = report.extra["config_runtime_rounds"]
+    assert rounds.shape == (graph.num_configs, 3) and (rounds > 0).all()
+    tau = report.summary()["noise_tau"]
+    assert tau is not None and -1 <= tau <= 1
+
+
+def test_protocol_check_names_the_bad_setting():
+    with pytest.raises(ValueError, match="rounds"):
+        Protocol(rounds=0).check()
+    with pytest.raises(ValueError, match="max_run_s"):
+        Protocol(max_run_s=0).check()

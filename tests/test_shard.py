@@ -49,16 +49,17 @@ def test_every_graph_is_in_exactly_one_shard(n):
     assert assign_shards(tasks[::-1], n) == assign_shards(tasks, n)
 
 
-def _fake_run_pool(spec, todo, on_done, progress=None):
+def _fake_run_pool(todo, worker_fn, spec_d, on_done, on_crash, *rest, **kwargs):
     """Stands in for the measuring workers: writes a synthetic graph per task."""
-    for i, (task, _) in enumerate(todo):
+    for i, task in enumerate(todo):
         rng = np.random.default_rng(i)
         g = (make_tile_graph(rng, 12, 6, task.program) if task.kind == "options"
              else make_layout_graph(rng, 30, 6, name=task.program))
-        write_graph(task.path(spec.out), g)
-        on_done({"task": asdict(task), "path": str(task.path(spec.out)), "status": "ok",
-                 "kept": list(range(6)), "failed": [], "time_s": 1.0, "median_spread": 0.01,
-                 "runtime_max_over_min": 2.0, "runtime_ns": list(range(1, 7))})
+        write_graph(task.path(spec_d["out"]), g)
+        on_done({"task": asdict(task), "path": str(task.path(spec_d["out"])), "status": "ok",
+                 "name": task.program, "kept": 6, "distinct": 6, "failed": [],
+                 "compile_s": 1.0, "time_s": 1.0, "median_spread": 0.01,
+                 "runtime_max_over_min": 2.0, "median_runtime_ms": 1.0, "noise_tau": 0.9})
 
 
 @pytest.fixture

@@ -61,7 +61,7 @@ def model_from_measurements(kind: str, families: Sequence[str], per_family: int 
                             epochs: int = 30, seed: int = 0, core: int | None = None,
                             log: Callable[[str], Any] | None = None) -> tuple[Any, dict]:
     """Measure a few programs of `families` now and train a small ranker on them."""
-    from graphcost.xla.measure import measure_layout, measure_options
+    from graphcost.xla.prepare import measure_layout, measure_options
 
     say = log or (lambda _msg: None)
     protocol = protocol or Protocol(warmup=2, runs=8)

@@ -182,3 +182,30 @@ def bench_gst_cmd(variants: str, data: str | None, nodes: int, graphs: int, num_
     click.echo(describe(spec))
     _bench_table(HEADER, format_row, format_gst, json_path, lambda on_row: bench_gst(
         comma_list(variants), spec, jobs, on_row=on_row))
+
+
+@bench.command("collect")
+@click.option("--families", default="mlp,cnn_nhwc,transformer,reduction", show_default=True,
+              help="Comma-separated zoo families.")
+@click.option("--per-family", default=2, show_default=True, help="Programs per family.")
+@click.option("--kinds", default="layout:random,options", show_default=True)
+@click.option("--configs", default=16, show_default=True,
+              help="Distinct executables per graph.")
+@click.option("--runs", default=10, show_default=True)
+@click.option("--warmup", default=2, show_default=True)
+@click.option("--rounds", default=2, show_default=True)
+@click.option("--repeats", default=1, show_default=True,
+              help="Runs per mode, alternating off and on.")
+@click.option("--workers", default=0, show_default=True, help="Worker processes (0: one/core).")
+@click.option("--json", "json_path", type=click.Path(), default=None)
+def bench_collect_cmd(families: str, per_family: int, kinds: str, configs: int, runs: int,
+                      warmup: int, rounds: int, repeats: int, workers: int,
+                      json_path: str | None) -> None:
+    """Samples/min and noise ceiling of `collect` with the pipeline off and on."""
+    from graphcost.bench.collect import HEADER, bench_collect, format_collect, format_row
+    from graphcost.xla.measure import Protocol
+
+    protocol = Protocol(warmup, runs, rounds)
+    _bench_table(HEADER, format_row, format_collect, json_path, lambda on_row: bench_collect(
+        comma_list(families), per_family, comma_list(kinds), configs, protocol, repeats,
+        workers, on_row=on_row))

@@ -39,9 +39,17 @@ def collect_spec(out: str, sources: Sequence[str], per_family: int, families: Se
 def _protocol_options(f: Callable) -> Callable:
     """The timing-protocol options shared by `measure` and `collect`."""
     f = click.option("--configs", "num_configs", default=16, show_default=True,
-                     help="Configs sampled per graph (the default config included).")(f)
-    f = click.option("--runs", default=20, show_default=True, help="Timed rounds.")(f)
-    f = click.option("--warmup", default=3, show_default=True, help="Untimed rounds first.")(f)
+                     help="Distinct executables wanted per graph (the default config "
+                          "included); configs are sampled until there are this many.")(f)
+    f = click.option("--runs", default=10, show_default=True,
+                     help="Timed calls per executable per round.")(f)
+    f = click.option("--warmup", default=2, show_default=True,
+                     help="Untimed calls per executable per round.")(f)
+    f = click.option("--rounds", default=2, show_default=True,
+                     help="Timing rounds, each in a fresh order with fresh inputs; τ between "
+                          "two rounds is the noise ceiling.")(f)
+    f = click.option("--flush-cache", is_flag=True,
+                     help="Overwrite a buffer twice the last-level cache before each call.")(f)
     f = click.option("--max-run-s", default=0.25, show_default=True,
                      help="A config whose single run is slower fails.")(f)
     f = click.option("--seed", default=0, show_default=True,
@@ -69,8 +77,8 @@ def _command_line() -> str:
 @_protocol_options
 def measure(program: str, kind: str, source: str, per_family: int, core: int | None,
             out: str | None, check_options: bool, num_configs: int, runs: int, warmup: int,
-            max_run_s: float, seed: int) -> None:
-    """Time the sampled configs of one PROGRAM (e.g. mlp.000) and print each one."""
+            rounds: int, flush_cache: bool, max_run_s: float, seed: int) -> None:
+    """Time the distinct executables of one PROGRAM's sampled configs (e.g. mlp.000)."""
     from graphcost.formats.npz import write_graph
     from graphcost.xla.collect import measure_program
     from graphcost.xla.measure import Protocol
@@ -81,21 +89,27 @@ def measure(program: str, kind: str, source: str, per_family: int, core: int | N
         for label, status in check_knobs().items():
             click.echo(f"  {label:45} {status}")
     try:
+        protocol = Protocol(warmup, runs, rounds, max_run_s, flush_cache=flush_cache)
+        protocol.check()
         graph, report = measure_program(program, kind, source, program_kwargs(per_family),
-                                        num_configs, seed, Protocol(warmup, runs, max_run_s),
-                                        core)
+                                        num_configs, seed, protocol, core)
     except (ImportError, ValueError) as e:
         raise click.ClickException(str(e)) from None
-    for i, r in enumerate(report.results):
-        detail = (f"median {r.median_ns / 1e3:9.1f} us  min {r.min_ns / 1e3:9.1f} us  "
+    for i, (fp, r) in enumerate(report.timings.items()):
+        rounds_us = " ".join(f"{x / 1e3:.1f}" for x in r.rounds_ns)
+        detail = (f"median {r.median_ns / 1e3:9.1f} us  rounds {rounds_us} us  "
                   f"spread {r.spread:.3f}" if r.ok else f"FAILED {r.status}: {r.error}")
-        click.echo(f"  config {i:3d}  {detail}")
+        click.echo(f"  executable {i:3d} ({fp:016x})  {detail}")
+    for i, status, error in report.failed:
+        click.echo(f"  config {i:3d} FAILED {status}: {error}")
     s = report.summary()
-    click.echo(f"{program} {kind}: {len(report.kept)}/{len(report.results)} configs ok, "
-               f"compile {report.compile_s:.1f}s, total {report.time_s:.1f}s, "
-               f"max/min runtime {s['runtime_max_over_min']}")
+    click.echo(f"{program} {kind}: {s['sampled']} configs sampled, {s['distinct']} distinct "
+               f"executables ({s['timed']} timed), {s['kept']} configs kept"
+               f"{' (space exhausted)' if s['exhausted'] else ''}; compile "
+               f"{report.compile_s:.1f}s, timing {report.time_s:.1f}s; max/min runtime "
+               f"{s['runtime_max_over_min']}, round-to-round τ {s['noise_tau']}")
     if out and graph is not None:
-        write_graph(out, graph)
+        write_graph(out, graph, extra=report.extra)
         click.echo(f"wrote {out}")
 
 
@@ -109,20 +123,22 @@ def measure(program: str, kind: str, source: str, per_family: int, core: int | N
               help="Comma-separated: layout:random, layout:default, options.")
 @click.option("--workers", default=0, show_default=True, help="Worker processes (0: one/core).")
 @click.option("--limit", default=0, show_default=True, help="Stop after N graphs (0: all).")
-@click.option("--repeat", default=0, show_default=True,
-              help="Re-time N graphs per kind in fresh processes: the noise ceiling τ.")
+@click.option("--pipeline/--no-pipeline", default=True, show_default=True,
+              help="Compile on every core while one core only times (pausing its own "
+                   "compiling while it times); --no-pipeline: each core compiles and times.")
 @click.option("--retry-failed", is_flag=True, help="Measure graphs logged as failed again.")
 @click.option("--shard", default="", metavar="I/N",
               help="Measure only shard I of N (0-based) of the planned graphs, e.g. one per "
                    "machine with the same options; combine with `graphcost merge`.")
 @_protocol_options
 def collect(out: str, sources: tuple[str, ...], per_family: int, families: str | None,
-            kinds: str, workers: int, limit: int, repeat: int, retry_failed: bool, shard: str,
-            num_configs: int, runs: int, warmup: int, max_run_s: float, seed: int) -> None:
-    """Measure programs x configs into TpuGraphs collections under OUT (resumable).
+            kinds: str, workers: int, limit: int, pipeline: bool, retry_failed: bool,
+            shard: str, num_configs: int, runs: int, warmup: int, rounds: int,
+            flush_cache: bool, max_run_s: float, seed: int) -> None:
+    """Measure programs x configs into TpuGraphs collections under OUT (resumable: a
+    rerun with the same options measures only what is not written yet).
 
-    The bundled dataset: graphcost collect build/sample --per-family 12 --configs 24
-    --repeat 3, then copy build/sample/npz/{layout,options}/cpu into graphcost/sample/npz/.
+    The bundled dataset and how it was made: graphcost/sample/README.md.
     """
     from tqdm import tqdm
 
@@ -132,8 +148,10 @@ def collect(out: str, sources: tuple[str, ...], per_family: int, families: str |
     try:
         spec = collect_spec(out, sources, per_family, comma_list(families), comma_list(kinds),
                             num_configs=num_configs, seed=seed,
-                            protocol=Protocol(warmup, runs, max_run_s), workers=workers,
-                            limit=limit, retry_failed=retry_failed, shard=shard)
+                            protocol=Protocol(warmup, runs, rounds, max_run_s,
+                                              flush_cache=flush_cache),
+                            workers=workers, limit=limit, retry_failed=retry_failed, shard=shard,
+                            pipeline=pipeline)
     except ValueError as e:
         raise click.ClickException(str(e)) from None
     bars: list = []
@@ -141,22 +159,39 @@ def collect(out: str, sources: tuple[str, ...], per_family: int, families: str |
     def progress(total: int, initial: int):
         bar = tqdm(total=total, initial=initial, unit="graph", dynamic_ncols=True)
         bars.append(bar)
-        return bar.update
+        seen = {"samples": 0, "taus": []}
+
+        def tick(summary: dict) -> None:
+            if summary["status"] == "ok":
+                seen["samples"] += summary["kept"]
+                if summary.get("noise_tau") is not None:
+                    seen["taus"].append(summary["noise_tau"])
+            minutes = bar.format_dict["elapsed"] / 60
+            taus = seen["taus"]
+            bar.set_postfix(samples_per_min=round(seen["samples"] / minutes) if minutes else 0,
+                            noise_tau=round(sum(taus) / len(taus), 3) if taus else None,
+                            refresh=False)
+            bar.update(1)
+
+        return tick
 
     try:
-        result = run_collect(spec, progress, repeat, command=_command_line())
+        result = run_collect(spec, progress, command=_command_line())
     except (ImportError, ValueError) as e:
         raise click.ClickException(str(e)) from None
     finally:
         for bar in bars:
             bar.close()
     click.echo(f"{result.written} graphs written, {result.failed} failed, {result.skipped} "
-               f"already done, {result.remaining} left")
+               f"already done, {result.remaining} left; {result.samples} configs in "
+               f"{result.wall_s / 60:.1f} min ({result.samples_per_minute:.0f} samples/min)")
     for name, m in sorted(result.manifests.items()):
-        tau = m.get("noise_ceiling_tau")
-        click.echo(f"  {name:20} {m['splits']}  {m['samples_per_minute_per_core']} samples/min/"
-                   f"core  configs failed {m['configs_failed']}"
-                   + (f"  noise-ceiling τ {tau:.3f}" if tau is not None else ""))
+        tau, ci = m.get("noise_ceiling_tau"), m.get("noise_ceiling_ci")
+        click.echo(f"  {name:20} {m['splits']}  distinct/graph "
+                   f"{m.get('distinct_executables_median')}  max/min median "
+                   f"{m.get('runtime_max_over_min_median')}"
+                   + (f"  noise ceiling τ {tau:.3f} [{ci[0]:.3f}, {ci[1]:.3f}]"
+                      if tau is not None else ""))
 
 
 @click.command("merge")

@@ -15,7 +15,7 @@ import shutil
 import struct
 import zipfile
 import zlib
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping
 from contextlib import contextmanager
 from pathlib import Path
 
@@ -23,7 +23,14 @@ import numpy as np
 
 from graphcost.atomic import atomic_open
 from graphcost.formats.errors import GraphFileError
-from graphcost.formats.records import LAYOUT_KEYS, TILE_KEYS, Graph, LayoutGraph, TileGraph
+from graphcost.formats.records import (
+    EXTRA_KEYS,
+    LAYOUT_KEYS,
+    TILE_KEYS,
+    Graph,
+    LayoutGraph,
+    TileGraph,
+)
 from graphcost.formats.validate import validate_graph
 
 # --------------------------------------------------------------------------- reading
@@ -61,6 +68,14 @@ def read_graph(path: str | Path, lazy: bool = True) -> Graph:
     graph = _build(kind, path.stem, arrays, path)
     validate_graph(graph, path, deep=False)
     return graph
+
+
+def read_extra(path: str | Path) -> dict[str, np.ndarray]:
+    """The collector's optional per-config arrays (`EXTRA_KEYS`) a file holds."""
+    path = Path(path)
+    present = _member_names(path) & set(EXTRA_KEYS)
+    with _open_npz(path) as npz:
+        return {k: _load_member(npz, path, k) for k in sorted(present)}
 
 
 def _build(kind: str, name: str, a: dict[str, np.ndarray], path: Path) -> Graph:
@@ -215,16 +230,24 @@ def _mmap_cached(path: Path, zf: zipfile.ZipFile, info: zipfile.ZipInfo) -> np.n
 # --------------------------------------------------------------------------- writing
 
 
-def write_graph(path: str | Path, graph: Graph, compress: bool = True) -> Path:
+def write_graph(path: str | Path, graph: Graph, compress: bool = True,
+                extra: Mapping[str, np.ndarray] | None = None) -> Path:
     """Write a graph in the published format, atomically (temp file, then rename).
 
     `compress=False` stores members uncompressed so that readers can memory-map them
-    in place with no cache.
+    in place with no cache. `extra` adds per-config `EXTRA_KEYS` arrays (one row per
+    config), which readers of the published format ignore.
     """
     path = Path(path)
     validate_graph(graph, path, deep=False)
     keys = TILE_KEYS if graph.kind == "tile" else LAYOUT_KEYS
     arrays = {k: np.asarray(getattr(graph, k)) for k in keys}
+    for key, value in (extra or {}).items():
+        value = np.asarray(value)
+        if key not in EXTRA_KEYS or value.shape[:1] != (graph.num_configs,):
+            raise ValueError(f"{path}: extra key {key!r} {value.shape} is not one of "
+                             f"{EXTRA_KEYS} with one row per config ({graph.num_configs})")
+        arrays[key] = value
     with atomic_open(path) as f:
         (np.savez_compressed if compress else np.savez)(f, **arrays)
     return path

@@ -5,24 +5,25 @@ Programs x configuration kinds -> one `.npz` per (program, kind):
     OUT/npz/layout/cpu/{random,default}/{split}/NAME.npz   (layout:cpu:random, ...)
     OUT/npz/options/cpu/{split}/NAME.npz                    (options:cpu, tile format)
 
-Splits are drawn per program family, so no family is in two splits. One worker
-process per core (spawned, pinned to its core before JAX is imported) takes graphs
-from a queue. Every graph is written atomically and logged to `OUT/log.jsonl`; a
-restart skips graphs already written or logged as failed, so a killed run loses at
-most the graphs in progress. A worker that dies (a crash inside XLA) fails its graph
-and is replaced. `repeat` re-times some graphs in fresh processes: Kendall τ between
-the two timings is the noise ceiling, written to `OUT/noise.json`. Each collection
-folder gets a `manifest.json` (command, machine, JAX version, counts, noise ceiling).
+Splits are drawn per program family, so no family is in two splits. Each graph's
+configs are sampled until it has `num_configs` distinct executables, compiled, and
+each executable is timed once in `protocol.rounds` interleaved rounds
+(graphcost.xla.prepare); by default compiling and timing are pipelined over the cores
+(graphcost.xla.pool). Every graph is written atomically and logged to `OUT/log.jsonl`;
+a restart skips graphs already written or logged as failed, so a killed run loses at
+most the graphs in progress. Each collection folder gets a `manifest.json` (command,
+machine, JAX version, counts, spread, the noise ceiling: mean per-graph τ between two
+timing rounds, with a 95% interval) and OUT gets `summary.json`, every manifest's
+headline figures.
 """
 
 from __future__ import annotations
 
 import json
-import multiprocessing as mp
 import os
 import platform
-import queue
 import sys
+import time
 from collections.abc import Callable
 from dataclasses import asdict, dataclass
 from pathlib import Path
@@ -30,8 +31,8 @@ from typing import Any
 
 import numpy as np
 
+from graphcost.atomic import write_json
 from graphcost.data.collection import SPLITS
-from graphcost.xla.measure import Protocol
 from graphcost.xla.plan import (
     DEFAULT_PROGRAMS,
     KINDS,
@@ -39,135 +40,88 @@ from graphcost.xla.plan import (
     Task,
     collection_dir,
     collection_name,
+    find_program,
     plan_tasks,
-    program_table,
     spec_dict,
     take_shard,
 )
+from graphcost.xla.pool import run_pool
 from graphcost.xla.programs import family_of
 
 # ------------------------------------------------------------------ one graph
 
 
-def run_task(task: Task, spec: CollectSpec) -> dict[str, Any]:
-    """Measure one graph and write it; a JSON-ready summary (status ok or failed)."""
+def _failure(task: Task, spec: CollectSpec, status: str, error: str) -> dict[str, Any]:
+    return {"task": asdict(task), "path": str(task.path(spec.out)), "status": status,
+            "error": error[:500]}
+
+
+def _finish(task: Task, spec: CollectSpec, graph, report) -> dict[str, Any]:
+    """Write a measured graph (when there is one) and summarise it for the log."""
     from graphcost.formats.npz import write_graph
 
-    graph, report = measure_program(task.program, task.kind, task.source, spec.program_kwargs,
-                                    spec.num_configs, spec.seed, spec.protocol)
     summary = report.summary()
-    summary.update(task=asdict(task), path=str(task.path(spec.out)),
-                   status="ok" if graph is not None else "failed")
+    summary.update(task=asdict(task), path=str(task.path(spec.out)), finished=time.time(),
+                   status="ok" if graph is not None else "failed",
+                   core=sorted(os.sched_getaffinity(0)))
     if graph is not None:
-        write_graph(task.path(spec.out), graph)
+        write_graph(task.path(spec.out), graph, extra=report.extra)
         summary["nodes"] = graph.num_nodes
         summary["configurable"] = (int(graph.node_config_ids.size)
                                    if graph.kind == "layout" else 0)
     return summary
 
 
-def _worker(core: int, spec_dict: dict, tasks: mp.Queue, results: mp.Queue, wid: int) -> None:
-    """A worker process: pin to `core`, then measure tasks until a None arrives."""
-    from graphcost.xla.measure import pin_to_core
+def _prepare(task: Task, spec: CollectSpec):
+    from graphcost.xla.prepare import prepare_layout, prepare_options
 
-    pin_to_core(core)
-    spec = CollectSpec(**spec_dict)
-    while True:
-        item = tasks.get()
-        if item is None:
-            return
-        index, task, repeat = item
-        try:
-            if repeat:
-                summary = _retime(task, spec)
-            else:
-                summary = run_task(task, spec)
-        except Exception as e:  # a whole-graph failure is data, not a reason to stop
-            summary = {"task": asdict(task), "path": str(task.path(spec.out)),
-                       "status": "failed", "error": f"{type(e).__name__}: {e}"[:500]}
-        summary["core"] = core
-        results.put(("done", wid, index, summary))
+    fn, args = find_program(task.source, spec.program_kwargs, task.program)
+    if task.kind == "options":
+        return prepare_options(task.program, fn, args, spec.num_configs, spec.seed), args
+    return prepare_layout(task.program, fn, args, task.kind.split(":")[1], spec.num_configs,
+                          spec.seed), args
 
 
-def _retime(task: Task, spec: CollectSpec) -> dict[str, Any]:
-    """Re-measure a graph's configs (same seed, so the same configs) without writing."""
-    _, report = measure_program(task.program, task.kind, task.source, spec.program_kwargs,
-                                spec.num_configs, spec.seed, spec.protocol)
-    return {"task": asdict(task), "path": str(task.path(spec.out)), "status": "repeat",
-            "runtime_ns": report.summary()["runtime_ns"]}
-
-
-# ------------------------------------------------------------------ the pool
-
-
-def run_pool(spec: CollectSpec, todo: list[tuple[Task, bool]],
-             on_done: Callable[[dict[str, Any]], None],
-             progress: Callable[[int], Any] | None = None) -> None:
-    """Run tasks on one pinned worker per core, handing each worker one task at a time;
-    a worker that dies fails its task and is replaced. `on_done(summary)` is called in
-    this process as each task ends."""
-    if not todo:
-        return
-    cores = sorted(os.sched_getaffinity(0))
-    n = min(spec.workers or len(cores), len(todo))
-    ctx = mp.get_context("spawn")
-    results = ctx.Queue()
-    spec_d = spec_dict(spec)
-    inboxes: dict[int, Any] = {}
-
-    def start(wid: int):
-        inboxes[wid] = ctx.Queue()
-        p = ctx.Process(target=_worker, args=(cores[wid % len(cores)], spec_d, inboxes[wid],
-                                              results, wid), daemon=True)
-        p.start()
-        return p
-
-    procs = {w: start(w) for w in range(n)}
-    holding: dict[int, int | None] = dict.fromkeys(procs)
-    next_task = done = 0
-
-    def finish(summary: dict[str, Any]) -> None:
-        nonlocal done
-        on_done(summary)
-        done += 1
-        if progress:
-            progress(1)
-
+def compile_task(task: Task, spec_d: dict[str, Any]) -> bytes | dict[str, Any]:
+    """Pipeline stage 1 (a compile worker): the compiled graph as bytes, or a failure."""
+    spec = CollectSpec(**spec_d)
     try:
-        while done < len(todo):
-            for w in procs:
-                if holding[w] is None and next_task < len(todo):
-                    inboxes[w].put((next_task, *todo[next_task]))
-                    holding[w], next_task = next_task, next_task + 1
-            try:
-                msg = results.get(timeout=0.5)
-            except queue.Empty:
-                msg = None
-            if msg is not None and msg[0] == "done" and holding.get(msg[1]) == msg[2]:
-                holding[msg[1]] = None
-                finish(msg[3])
-            for w, p in list(procs.items()):
-                if p.is_alive() or holding[w] is None:
-                    continue
-                task = todo[holding[w]][0]
-                holding[w] = None
-                finish({"task": asdict(task), "path": str(task.path(spec.out)),
-                        "status": "crashed", "error": f"worker died (exit code {p.exitcode})"})
-                procs[w] = start(w)
-    finally:
-        for w in procs:
-            inboxes[w].put(None)
-        for p in procs.values():
-            p.join(timeout=10)
-            if p.is_alive():
-                p.kill()
+        return _prepare(task, spec)[0].to_bytes()
+    except Exception as e:  # a whole-graph failure is data, not a reason to stop
+        return _failure(task, spec, "failed", f"{type(e).__name__}: {e}")
+
+
+def time_task(task: Task, spec_d: dict[str, Any], compiled: bytes) -> dict[str, Any]:
+    """Pipeline stage 2 (the timer): time a compiled graph and write it."""
+    from graphcost.xla.prepare import Prepared, time_prepared
+
+    spec = CollectSpec(**spec_d)
+    try:
+        _, args = find_program(task.source, spec.program_kwargs, task.program)
+        graph, report = time_prepared(Prepared.from_bytes(compiled), args, spec.protocol,
+                                      spec.seed)
+        return _finish(task, spec, graph, report)
+    except Exception as e:
+        return _failure(task, spec, "failed", f"{type(e).__name__}: {e}")
+
+
+def measure_task(task: Task, spec_d: dict[str, Any]) -> dict[str, Any]:
+    """Both stages in one worker (the pipeline off): compile, time, write."""
+    from graphcost.xla.prepare import time_prepared
+
+    spec = CollectSpec(**spec_d)
+    try:
+        prep, args = _prepare(task, spec)
+        return _finish(task, spec, *time_prepared(prep, args, spec.protocol, spec.seed))
+    except Exception as e:
+        return _failure(task, spec, "failed", f"{type(e).__name__}: {e}")
 
 
 # ------------------------------------------------------------------ the whole run
 
 
 def read_log(out: str | Path) -> dict[str, dict[str, Any]]:
-    """The last logged summary of each graph path (repeats are kept apart)."""
+    """The last logged summary of each graph path."""
     log = Path(out) / "log.jsonl"
     entries: dict[str, dict[str, Any]] = {}
     if log.exists():
@@ -176,8 +130,7 @@ def read_log(out: str | Path) -> dict[str, dict[str, Any]]:
                 e = json.loads(line)
             except json.JSONDecodeError:  # a line cut off by a kill
                 continue
-            if e.get("status") != "repeat":
-                entries[e["path"]] = e
+            entries[e["path"]] = e
     return entries
 
 
@@ -216,15 +169,21 @@ class CollectResult:
     failed: int
     skipped: int
     remaining: int
+    samples: int  # configs written by this run
+    wall_s: float  # this run's measuring time
     manifests: dict[str, dict[str, Any]]  # collection name -> its manifest
 
+    @property
+    def samples_per_minute(self) -> float:
+        return 60 * self.samples / self.wall_s if self.wall_s else 0.0
 
-def collect(spec: CollectSpec, progress: Callable[[int, int], Callable[[int], Any]] | None = None,
-            repeat: int = 0, command: str | None = None) -> CollectResult:
-    """Measure every pending graph of `spec` (up to `spec.limit`), then write the manifest.
 
-    `progress(total, initial)` may return a callback taking a count of finished graphs
-    (the CLI passes a tqdm bar). `repeat` re-times that many graphs per kind.
+def collect(spec: CollectSpec, progress: Callable[[int, int], Callable[[dict], Any]] | None = None,
+            command: str | None = None) -> CollectResult:
+    """Measure every pending graph of `spec` (up to `spec.limit`), then write the manifests.
+
+    `progress(total, initial)` may return a callback called with each finished graph's
+    summary (the CLI passes one that updates a tqdm bar).
     """
     out = Path(spec.out)
     out.mkdir(parents=True, exist_ok=True)
@@ -235,51 +194,32 @@ def collect(spec: CollectSpec, progress: Callable[[int, int], Callable[[int], An
     skipped = len(tasks) - len(todo)
     if spec.limit:
         todo = todo[:spec.limit]
-    counts = {"ok": 0, "failed": 0}
+    counts = {"ok": 0, "failed": 0, "samples": 0}
+    tick = progress(len(tasks), skipped) if progress else None
 
     def on_done(summary: dict[str, Any]) -> None:
         _append_log(out, summary)
-        counts["ok" if summary["status"] == "ok" else "failed"] += 1
+        ok = summary["status"] == "ok"
+        counts["ok" if ok else "failed"] += 1
+        counts["samples"] += summary["kept"] if ok else 0
+        if tick:
+            tick(summary)
 
-    tick = progress(len(tasks), skipped) if progress else None
-    run_pool(spec, [(t, False) for t in todo], on_done, tick)
-    noise = measure_noise(spec, repeat, progress) if repeat else None
-    manifests = write_manifest(spec, tasks, noise, command)
+    def on_crash(task: Task, error: str) -> dict[str, Any]:
+        return _failure(task, spec, "crashed", error)
+
+    start = time.perf_counter()
+    spec_d = spec_dict(spec)
+    if spec.pipeline:
+        run_pool(todo, compile_task, spec_d, on_done, on_crash, time_task, spec.workers,
+                 out / ".spool")
+    else:
+        run_pool(todo, measure_task, spec_d, on_done, on_crash, None, spec.workers)
+    wall = time.perf_counter() - start
+    manifests = write_manifest(spec, tasks, command)
     remaining = len(pending_tasks(spec, tasks))
-    return CollectResult(counts["ok"], counts["failed"], skipped, remaining, manifests)
-
-
-def measure_noise(spec: CollectSpec, per_kind: int,
-                  progress: Callable[[int, int], Callable[[int], Any]] | None = None
-                  ) -> dict[str, Any]:
-    """Re-time `per_kind` written graphs of each kind in fresh processes; τ per graph."""
-    from graphcost.eval.metrics import kendall_tau
-
-    logged = read_log(spec.out)
-    chosen: list[Task] = []
-    for kind in spec.kinds:
-        done = [e for e in logged.values() if e["status"] == "ok" and e["task"]["kind"] == kind]
-        chosen += [Task(**e["task"]) for e in sorted(done, key=lambda e: e["path"])[:per_kind]]
-    repeats: list[dict[str, Any]] = []
-    tick = progress(len(chosen), 0) if progress else None
-    run_pool(spec, [(t, True) for t in chosen], repeats.append, tick)
-    graphs = []
-    for r in repeats:
-        first = logged.get(r["path"])
-        if r.get("status") != "repeat" or first is None:
-            continue
-        a = np.asarray(first["runtime_ns"], dtype=np.float64)
-        b = np.asarray(r["runtime_ns"], dtype=np.float64)
-        both = np.isfinite(a) & np.isfinite(b)
-        if both.sum() >= 2:
-            graphs.append({"path": r["path"], "kind": r["task"]["kind"], "configs": int(both.sum()),
-                           "tau": kendall_tau(a[both], b[both])})
-    by_kind = {k: float(np.nanmean([g["tau"] for g in graphs if g["kind"] == k]))
-               for k in spec.kinds if any(g["kind"] == k for g in graphs)}
-    noise = {"graphs": graphs, "mean_tau_by_kind": by_kind,
-             "mean_tau": float(np.nanmean([g["tau"] for g in graphs])) if graphs else None}
-    (Path(spec.out) / "noise.json").write_text(json.dumps(noise, indent=1))
-    return noise
+    return CollectResult(counts["ok"], counts["failed"], skipped, remaining, counts["samples"],
+                         wall, manifests)
 
 
 def _machine() -> dict[str, Any]:
@@ -297,15 +237,49 @@ def _machine() -> dict[str, Any]:
             "python": platform.python_version(), "platform": platform.platform()}
 
 
-def write_manifest(spec: CollectSpec, tasks: list[Task], noise: dict[str, Any] | None,
-                   command: str | None = None) -> dict[str, dict[str, Any]]:
-    """`manifest.json` in each collection's folder: how it was made and what it holds."""
+def collection_figures(entries: list[dict[str, Any]]) -> dict[str, Any]:
+    """The headline figures of one collection's logged graphs: counts, distinct
+    executables, runtime spread, samples per core-minute and the noise ceiling (mean
+    per-graph τ between two timing rounds, with a 95% bootstrap interval)."""
+    from graphcost.eval.metrics import bootstrap_ci
+
+    ok = [e for e in entries if e["status"] == "ok"]
+    if not ok:
+        return {"graphs": 0}
+
+    def median(key: str) -> float | None:
+        values = [e[key] for e in ok if e.get(key) is not None]
+        return float(np.median(values)) if values else None
+
+    seconds = sum(e["compile_s"] + e["time_s"] for e in ok)
+    noise = np.array([e["noise_tau"] for e in ok if e.get("noise_tau") is not None], dtype=float)
+    tau, low, high = bootstrap_ci(noise) if noise.size else (None, None, None)
+    spreads = np.array([e["runtime_max_over_min"] for e in ok])
+    return {
+        "graphs": len(ok), "families_measured": len({family_of(e["name"]) for e in ok}),
+        "configs": int(sum(e["kept"] for e in ok)),
+        "configs_failed": int(sum(len(e.get("failed", [])) for e in ok)),
+        "distinct_executables_median": median("distinct"),
+        "graphs_exhausted": int(sum(bool(e.get("exhausted")) for e in ok)),
+        "median_runtime_ms": median("median_runtime_ms"),
+        "runtime_max_over_min_median": median("runtime_max_over_min"),
+        "runtime_max_over_min_quartiles": [float(q) for q in np.percentile(spreads, [25, 75])],
+        "median_spread": median("median_spread"),
+        "samples_per_minute_per_core": round(60 * sum(e["kept"] for e in ok) / seconds, 1)
+        if seconds else None,
+        "noise_ceiling_tau": tau,
+        "noise_ceiling_ci": [low, high] if tau is not None else None,
+    }
+
+
+def write_manifest(spec: CollectSpec, tasks: list[Task], command: str | None = None
+                   ) -> dict[str, dict[str, Any]]:
+    """`manifest.json` in each collection's folder (how it was made, what it holds) and
+    `OUT/summary.json` (every collection's figures)."""
     import jax
     import jaxlib
 
     logged = read_log(spec.out)
-    if noise is None and (Path(spec.out) / "noise.json").exists():
-        noise = json.loads((Path(spec.out) / "noise.json").read_text())
     common = {
         "what": "XLA:CPU measurements of JAX programs (graphcost.xla.collect)",
         "command": command or " ".join(sys.argv), "spec": spec_dict(spec),
@@ -319,42 +293,36 @@ def write_manifest(spec: CollectSpec, tasks: list[Task], noise: dict[str, Any] |
             if t.path(spec.out).exists():
                 splits[t.split] = splits.get(t.split, 0) + 1
         entries = [logged[str(t.path(spec.out))] for t in mine if str(t.path(spec.out)) in logged]
-        ok = [e for e in entries if e["status"] == "ok"]
-        samples = sum(len(e["kept"]) for e in ok)
-        seconds = sum(e["time_s"] for e in ok)
         m = dict(common, collection=collection_name(kind), splits=splits,
                  families={s: sorted({family_of(t.program) for t in mine if t.split == s})
                            for s in SPLITS},
                  graphs_failed=sorted(e["path"] for e in entries if e["status"] != "ok"),
-                 configs_measured=samples,
-                 configs_failed=sum(len(e.get("failed", [])) for e in ok),
-                 samples_per_minute_per_core=round(60 * samples / seconds, 1) if seconds else None,
-                 median_spread=float(np.median([e["median_spread"] for e in ok])) if ok else None,
-                 runtime_max_over_min_median=(float(np.median([e["runtime_max_over_min"]
-                                                               for e in ok])) if ok else None))
-        if noise is not None and kind in noise["mean_tau_by_kind"]:
-            m["noise_ceiling_tau"] = noise["mean_tau_by_kind"][kind]
+                 **collection_figures(entries))
         folder = collection_dir(spec.out, kind)
         folder.mkdir(parents=True, exist_ok=True)
-        (folder / "manifest.json").write_text(json.dumps(m, indent=1))
+        write_json(m, folder / "manifest.json")
         manifests[m["collection"]] = m
+    keep = ("graphs", "families_measured", "splits", "distinct_executables_median",
+            "graphs_exhausted", "median_runtime_ms", "runtime_max_over_min_median", "median_spread",
+            "samples_per_minute_per_core", "noise_ceiling_tau", "noise_ceiling_ci")
+    write_json({name: {k: m.get(k) for k in keep} for name, m in manifests.items()},
+               Path(spec.out) / "summary.json")
     return manifests
 
 
 def measure_program(program: str, kind: str, source: str = DEFAULT_PROGRAMS,
                     program_kwargs: dict[str, Any] | None = None, num_configs: int = 16,
-                    seed: int = 0, protocol: Protocol | None = None, core: int | None = None):
+                    seed: int = 0, protocol: Any = None, core: int | None = None):
     """Measure one named program in this process: (graph or None, MeasureReport)."""
-    from graphcost.xla.measure import measure_layout, measure_options, pin_to_core
+    from graphcost.xla.measure import Protocol, pin_to_core
+    from graphcost.xla.prepare import measure_layout, measure_options
 
     if kind not in KINDS:
         raise ValueError(f"unknown kind {kind!r}; choose from {list(KINDS)}")
     if core is not None:
         pin_to_core(core)
-    programs = program_table(source, program_kwargs or {})
-    if program not in programs:
-        raise ValueError(f"no program {program!r} in {source}; e.g. {sorted(programs)[:5]}")
-    fn, args = programs[program]
+    fn, args = find_program(source, program_kwargs or {}, program)
+    protocol = protocol or Protocol()
     if kind == "options":
         return measure_options(program, fn, args, num_configs, seed, protocol)
     return measure_layout(program, fn, args, kind.split(":")[1], num_configs, seed, protocol)

@@ -1,77 +1,63 @@
-"""Time the configurations of one program on this machine (the protocol of DESIGN §7).
+"""Time compiled executables on this machine (the protocol of DESIGN §7).
 
-Pinned to one core, every config is compiled first; the executables are then run
-round-robin (a rotating start, so no config always follows the same one): warm-up
-rounds, then `runs` timed rounds with `block_until_ready`. Per config we keep the
-median, the min and the spread (inter-quartile range / median). A config that fails
-to compile, raises when run, is slower than `max_run_s` per call, or whose outputs
-disagree with the default config's is recorded as failed and left out of the graph.
+Pinned to one core, each executable is first called once (its outputs are checked
+against a reference executable), then timed in `rounds` independent rounds: every
+round visits the executables in a fresh random order, gives each fresh input buffers,
+`warmup` untimed calls and `runs` timed calls with `block_until_ready`, optionally
+flushing the CPU caches before each timed call (as TenSet does). Every round's median
+is kept: Kendall τ between two rounds is the noise ceiling of a graph. An executable
+that raises, is slower than `max_run_s` per call, or whose outputs disagree with the
+reference is recorded as failed.
 """
 
 from __future__ import annotations
 
 import os
 import time
-from collections.abc import Callable, Sequence
-from dataclasses import asdict, dataclass, field
+from collections.abc import Callable, Hashable, Mapping, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any
 
 import numpy as np
 
-from graphcost.formats.npz import LayoutGraph, TileGraph
-
 
 @dataclass
 class Protocol:
-    """How hard to time: rounds, limits and output checks."""
+    """How hard to time: rounds, calls, limits and output checks."""
 
-    warmup: int = 3
-    runs: int = 20
-    max_run_s: float = 0.25  # a single call slower than this fails the config
+    warmup: int = 2  # untimed calls per executable per round
+    runs: int = 10  # timed calls per executable per round
+    rounds: int = 2  # independent rounds, each in a fresh order with fresh inputs
+    max_run_s: float = 0.25  # a single call slower than this fails the executable
     check_outputs: bool = True
+    flush_cache: bool = False  # overwrite a buffer twice the last-level cache per call
+
+    def check(self) -> None:
+        """Raise ValueError naming the setting that cannot work."""
+        if self.runs < 1 or self.rounds < 1 or self.warmup < 0:
+            raise ValueError(f"the timing protocol needs runs >= 1, rounds >= 1 and "
+                             f"warmup >= 0, got runs={self.runs}, rounds={self.rounds}, "
+                             f"warmup={self.warmup}")
+        if self.max_run_s <= 0:
+            raise ValueError(f"max_run_s must be > 0, got {self.max_run_s}")
 
 
 @dataclass
 class ConfigResult:
-    """One config's outcome: `status` is ok, compile, run, timeout or mismatch."""
+    """One executable's (or config's) outcome: `status` is ok, compile, run, timeout or
+    mismatch; `rounds_ns` holds each round's median."""
 
     status: str = "ok"
     error: str = ""
-    median_ns: float = float("nan")
+    median_ns: float = float("nan")  # median of every timed call of every round
     min_ns: float = float("nan")
-    spread: float = float("nan")  # (p75 - p25) / median
+    spread: float = float("nan")  # (p75 - p25) / median over every timed call
+    rounds_ns: list[float] = field(default_factory=list)
 
     @property
     def ok(self) -> bool:
         return self.status == "ok"
-
-
-@dataclass
-class MeasureReport:
-    """What happened to every sampled config of one graph."""
-
-    name: str
-    kind: str  # "layout" or "options"
-    results: list[ConfigResult] = field(default_factory=list)
-    kept: list[int] = field(default_factory=list)  # sampled config ids written, in order
-    compile_s: float = 0.0
-    time_s: float = 0.0
-
-    @property
-    def failed(self) -> list[tuple[int, str, str]]:
-        return [(i, r.status, r.error) for i, r in enumerate(self.results) if not r.ok]
-
-    def summary(self) -> dict[str, Any]:
-        ok = [r for r in self.results if r.ok]
-        med = np.array([r.median_ns for r in ok]) if ok else np.array([np.nan])
-        return {
-            "name": self.name, "kind": self.kind, "sampled": len(self.results),
-            "kept": self.kept, "failed": [list(f) for f in self.failed],
-            "compile_s": round(self.compile_s, 3), "time_s": round(self.time_s, 3),
-            "median_spread": float(np.nanmedian([r.spread for r in ok])) if ok else None,
-            "runtime_max_over_min": float(med.max() / med.min()) if ok else None,
-            "runtime_ns": [r.median_ns for r in self.results],
-        }
 
 
 def pin_to_core(core: int) -> None:
@@ -104,191 +90,117 @@ def outputs_agree(a: Sequence[Any], b: Sequence[Any]) -> bool:
     return True
 
 
-def time_configs(build: Callable[[int], tuple[Callable, Sequence[Any]]], count: int,
-                 protocol: Protocol, reference: int = 0) -> tuple[list[ConfigResult], float]:
-    """Compile configs 0..count-1 with `build(i) -> (executable, inputs)`, then time them.
+def _last_level_cache_bytes() -> int:
+    """The largest CPU cache of core 0 (sysfs), 32 MiB when it cannot be read."""
+    sizes = []
+    for f in Path("/sys/devices/system/cpu/cpu0/cache").glob("index*/size"):
+        text = f.read_text().strip().upper()
+        mult = {"K": 1 << 10, "M": 1 << 20, "G": 1 << 30}.get(text[-1:], 1)
+        try:
+            sizes.append(int(text.rstrip("KMG")) * mult)
+        except ValueError:
+            continue
+    return max(sizes, default=32 << 20)
 
-    Returns the results and the seconds spent compiling. Outputs are compared with
-    those of config `reference` (or the first that runs, if it fails).
-    """
+
+_FLUSH: list[np.ndarray] = []
+
+
+def flush_cache() -> None:
+    """Evict the caches by writing a buffer twice the size of the last-level cache."""
+    if not _FLUSH:
+        _FLUSH.append(np.zeros(2 * _last_level_cache_bytes() // 8))
+    _FLUSH[0] += 1.0
+
+
+Runnable = tuple[Callable, Callable[[], Sequence[Any]]]  # (executable, fresh inputs)
+
+
+def time_executables(runnables: Mapping[Hashable, Runnable], protocol: Protocol,
+                     reference: Hashable | None = None, seed: int = 0
+                     ) -> dict[Hashable, ConfigResult]:
+    """Time each `key -> (executable, make_inputs)`; outputs are compared with those of
+    `reference` (or of the first key that runs, if it fails or is None)."""
     import jax
 
-    results = [ConfigResult() for _ in range(count)]
-    runnable: dict[int, tuple[Callable, Sequence[Any]]] = {}
-    t0 = time.perf_counter()
-    for i in range(count):
-        try:
-            runnable[i] = build(i)
-        except Exception as e:  # XLA's errors have no common base class worth naming
-            results[i] = ConfigResult("compile", _first_line(e))
-    compile_s = time.perf_counter() - t0
-
+    results = {k: ConfigResult() for k in runnables}
+    live = dict(runnables)
     ref_out = None
-    for i in sorted(runnable, key=lambda i: i != reference):
-        exe, inputs = runnable[i]
+    for k in sorted(live, key=lambda k: k != reference):
+        exe, make_inputs = live[k]
         try:
             start = time.perf_counter()
-            out = jax.block_until_ready(exe(*inputs))
+            out = jax.block_until_ready(exe(*make_inputs()))
             took = time.perf_counter() - start
-        except Exception as e:
-            results[i] = ConfigResult("run", _first_line(e))
-            del runnable[i]
+        except Exception as e:  # XLA's errors have no common base class worth naming
+            results[k] = ConfigResult("run", error_line(e))
+            del live[k]
             continue
         flat = [np.asarray(x) for x in jax.tree.leaves(out)]
         if took > protocol.max_run_s * 20:  # the first call may include one-time setup
-            results[i] = ConfigResult("timeout", f"first call took {took:.3f}s")
-            del runnable[i]
+            results[k] = ConfigResult("timeout", f"first call took {took:.3f}s")
+            del live[k]
         elif ref_out is None:
             ref_out = flat
         elif protocol.check_outputs and not outputs_agree(flat, ref_out):
-            results[i] = ConfigResult("mismatch", "outputs differ from the reference config")
-            del runnable[i]
+            results[k] = ConfigResult("mismatch", "outputs differ from the reference")
+            del live[k]
 
-    samples: dict[int, list[int]] = {i: [] for i in runnable}
-    order = sorted(runnable)
-    for r in range(protocol.warmup + protocol.runs):
-        shift = r % len(order) if order else 0
-        for i in order[shift:] + order[:shift]:
-            if i not in runnable:
-                continue
-            exe, inputs = runnable[i]
-            start = time.perf_counter_ns()
-            jax.block_until_ready(exe(*inputs))
-            took = time.perf_counter_ns() - start
-            if took > protocol.max_run_s * 1e9:
-                results[i] = ConfigResult("timeout", f"a run took {took / 1e9:.3f}s "
-                                          f"> max_run_s={protocol.max_run_s}")
-                del runnable[i]
-            elif r >= protocol.warmup:
-                samples[i].append(took)
-    for i in runnable:
-        t = np.asarray(samples[i], dtype=np.float64)
+    rng = np.random.default_rng(seed)
+    samples: dict[Hashable, list[list[int]]] = {k: [] for k in live}
+    for _ in range(protocol.rounds):
+        keys = list(live)
+        for j in rng.permutation(len(keys)):
+            k = keys[j]
+            exe, make_inputs = live[k]
+            inputs = make_inputs()
+            calls: list[int] = []
+            for call in range(protocol.warmup + protocol.runs):
+                if protocol.flush_cache and call >= protocol.warmup:
+                    flush_cache()
+                start = time.perf_counter_ns()
+                jax.block_until_ready(exe(*inputs))
+                took = time.perf_counter_ns() - start
+                if took > protocol.max_run_s * 1e9:
+                    results[k] = ConfigResult("timeout", f"a run took {took / 1e9:.3f}s > "
+                                              f"max_run_s={protocol.max_run_s}")
+                    del live[k]
+                    break
+                if call >= protocol.warmup:
+                    calls.append(took)
+            else:
+                samples[k].append(calls)
+    for k in live:
+        t = np.asarray(samples[k], dtype=np.float64)
         med = float(np.median(t))
         q75, q25 = np.percentile(t, [75, 25])
-        results[i] = ConfigResult("ok", "", med, float(t.min()), float((q75 - q25) / med))
+        results[k] = ConfigResult("ok", "", med, float(t.min()), float((q75 - q25) / med),
+                                  [float(x) for x in np.median(t, axis=1)])
+    return results
+
+
+def time_configs(build: Callable[[int], tuple[Callable, Sequence[Any]]], count: int,
+                 protocol: Protocol, reference: int = 0) -> tuple[list[ConfigResult], float]:
+    """Compile configs 0..count-1 with `build(i) -> (executable, inputs)`, then time them
+    (every config on its own, duplicates included). Returns the results and the seconds
+    spent compiling."""
+    results = [ConfigResult() for _ in range(count)]
+    runnable: dict[Hashable, Runnable] = {}
+    t0 = time.perf_counter()
+    for i in range(count):
+        try:
+            exe, inputs = build(i)
+        except Exception as e:  # XLA's errors have no common base class worth naming
+            results[i] = ConfigResult("compile", error_line(e))
+            continue
+        runnable[i] = (exe, lambda inputs=inputs: inputs)
+    compile_s = time.perf_counter() - t0
+    for i, r in time_executables(runnable, protocol, reference).items():
+        results[i] = r
     return results, compile_s
 
 
-def _first_line(e: BaseException) -> str:
+def error_line(e: BaseException) -> str:
+    """The first line of an error, with its type: what a log or report keeps."""
     text = str(e).strip().splitlines()
     return f"{type(e).__name__}: {text[0] if text else ''}"[:300]
-
-
-# ------------------------------------------------------------------ whole graphs
-
-
-def _hlo_graph(compiled):
-    from graphcost.formats.hlo import hlo_bytes_to_graph
-
-    module = compiled.runtime_executable().hlo_modules()[0]
-    return hlo_bytes_to_graph(module.as_serialized_hlo_module_proto())
-
-
-def _opcode_names(node_opcode: np.ndarray) -> list[str]:
-    from graphcost.formats.hlo import OPCODE_IDS
-
-    names = {v: k for k, v in OPCODE_IDS.items()}
-    return [names.get(int(o), "") for o in node_opcode]
-
-
-def _config_rng(name: str, kind: str, seed: int) -> np.random.Generator:
-    """Config sampling depends only on (name, kind, seed): a re-run samples the same."""
-    return np.random.default_rng([seed, *map(ord, f"{kind}:{name}")])
-
-
-def measure_layout(name: str, fn: Callable, args: Sequence[Any], mode: str = "random",
-                   num_configs: int = 16, seed: int = 0,
-                   protocol: Protocol | None = None) -> tuple[LayoutGraph | None, MeasureReport]:
-    """Sample and time layout configs of `fn(*args)`; the graph is None when < 2 ran."""
-    import jax
-
-    from graphcost.xla.configs import LayoutSpace, locate_points, sample_layout_plans
-
-    protocol = protocol or Protocol()
-    start = time.perf_counter()
-    report = MeasureReport(name, f"layout:{mode}")
-    space = LayoutSpace(fn, tuple(args))
-    default = space.compile({})
-    hlo = _hlo_graph(default)
-    located = locate_points(space, default.as_text(), hlo.node_names,
-                            _opcode_names(hlo.node_opcode))
-    space.restrict(list(located))
-    points = sorted({p for p, _ in space.slots}, key=lambda p: located[p])
-    plans = sample_layout_plans(space, num_configs, mode, _config_rng(name, mode, seed))
-
-    def build(i: int):
-        exe = default if i == 0 else space.compile(plans[i])
-        formats = exe.input_formats[0]
-        return exe, [jax.device_put(x, f) for x, f in zip(space.leaves, formats, strict=False)]
-
-    report.results, report.compile_s = time_configs(build, len(plans), protocol)
-    report.kept = [i for i, r in enumerate(report.results) if r.ok]
-    report.time_s = time.perf_counter() - start
-    if len(report.kept) < 2:
-        return None, report
-    graph = LayoutGraph(
-        name=name, node_feat=hlo.node_feat, node_opcode=hlo.node_opcode,
-        edge_index=hlo.edge_index,
-        node_config_ids=np.asarray([located[p] for p in points], dtype=np.int64),
-        node_config_feat=np.stack([space.features(plans[i], points) for i in report.kept]),
-        config_runtime=np.asarray([report.results[i].median_ns for i in report.kept]),
-        node_splits=hlo.node_splits)
-    return graph, report
-
-
-def measure_options(name: str, fn: Callable, args: Sequence[Any], num_configs: int = 16,
-                    seed: int = 0, protocol: Protocol | None = None,
-                    configs: Sequence[tuple[int, ...]] | None = None,
-                    ) -> tuple[TileGraph | None, MeasureReport]:
-    """Sample and time compiler-option configs; the default config is the normaliser.
-
-    The graph is None when the default or every other config failed.
-    """
-    import jax
-
-    from graphcost.xla.configs import (
-        compiler_options,
-        option_features,
-        sample_option_configs,
-    )
-
-    protocol = protocol or Protocol()
-    start = time.perf_counter()
-    report = MeasureReport(name, "options")
-    if configs is None:
-        configs = sample_option_configs(num_configs, _config_rng(name, "options", seed))
-    leaves = jax.tree.leaves(tuple(args))
-
-    def flat(*xs):
-        return fn(*jax.tree.unflatten(jax.tree.structure(tuple(args)), xs))
-
-    lowered = jax.jit(flat, keep_unused=True).lower(*leaves)
-    compiled: dict[int, Any] = {}
-
-    def build(i: int):
-        opts = compiler_options(configs[i])
-        compiled[i] = lowered.compile(opts) if opts else lowered.compile()
-        return compiled[i], leaves
-
-    report.results, report.compile_s = time_configs(build, len(configs), protocol)
-    report.kept = [i for i, r in enumerate(report.results) if r.ok]
-    report.time_s = time.perf_counter() - start
-    if not report.results[0].ok or len(report.kept) < 2:
-        return None, report
-    hlo = _hlo_graph(compiled[0])
-    runtime = np.asarray([round(report.results[i].median_ns) for i in report.kept],
-                         dtype=np.int64)
-    graph = TileGraph(
-        name=name, node_feat=hlo.node_feat, node_opcode=hlo.node_opcode,
-        edge_index=hlo.edge_index,
-        config_feat=np.stack([option_features(configs[i]) for i in report.kept]),
-        config_runtime=runtime,
-        config_runtime_normalizers=np.full(len(runtime), runtime[0], dtype=np.int64))
-    return graph, report
-
-
-def report_dict(report: MeasureReport) -> dict[str, Any]:
-    """A JSON-ready form of a report, per-config results included."""
-    d = report.summary()
-    d["results"] = [asdict(r) for r in report.results]
-    return d

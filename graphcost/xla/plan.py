@@ -20,7 +20,7 @@ import numpy as np
 from graphcost.atomic import atomic_open
 from graphcost.data.collection import SPLITS
 from graphcost.xla.measure import Protocol
-from graphcost.xla.programs import family_of, load_programs
+from graphcost.xla.programs import FAMILIES, family_of, load_programs, make_program
 
 KINDS = ("layout:random", "layout:default", "options")
 DEFAULT_PROGRAMS = "graphcost.xla.programs:zoo"
@@ -34,7 +34,7 @@ class CollectSpec:
     programs: list[str] = field(default_factory=lambda: [DEFAULT_PROGRAMS])
     program_kwargs: dict[str, Any] = field(default_factory=dict)  # e.g. per_family, families
     kinds: list[str] = field(default_factory=lambda: list(KINDS))
-    num_configs: int = 16
+    num_configs: int = 16  # distinct executables wanted per graph
     seed: int = 0
     split_fractions: tuple[float, float, float] = (0.7, 0.15, 0.15)
     protocol: Protocol = field(default_factory=Protocol)
@@ -42,6 +42,7 @@ class CollectSpec:
     limit: int = 0  # stop after this many graphs this run (0 = all)
     retry_failed: bool = False
     shard: str = ""  # 'I/N': measure only shard I of N of the plan (graphcost.xla.shard)
+    pipeline: bool = True  # compile on every core, time on one (graphcost.xla.pool)
 
     def __post_init__(self) -> None:
         bad = sorted(set(self.kinds) - set(KINDS))
@@ -51,6 +52,9 @@ class CollectSpec:
             parse_shard(self.shard)
         if isinstance(self.protocol, dict):
             self.protocol = Protocol(**self.protocol)
+        self.protocol.check()
+        if self.num_configs < 2:
+            raise ValueError(f"num_configs must be >= 2 (configs to rank), got {self.num_configs}")
 
 
 @dataclass(frozen=True)
@@ -107,9 +111,39 @@ def program_table(source: str, kwargs: dict[str, Any]) -> dict[str, tuple]:
     return _PROGRAM_CACHE[key]
 
 
+def zoo_names(per_family: int = 4, seed: int = 0, families: Sequence[str] | None = None
+              ) -> list[str]:
+    """The names `programs.zoo` gives (`make_program` names them), building none."""
+    fams = list(families) if families else list(FAMILIES)
+    unknown = sorted(set(fams) - set(FAMILIES))
+    if unknown:
+        raise ValueError(f"unknown program families {unknown}; known: {sorted(FAMILIES)}")
+    return [f"{f}.{i:03d}" for f in fams for i in range(per_family)]
+
+
+def program_names(source: str, kwargs: dict[str, Any]) -> list[str]:
+    """The program names of a source; the zoo's are listed without building any program."""
+    if source == DEFAULT_PROGRAMS:
+        return zoo_names(**kwargs)
+    return list(program_table(source, kwargs))
+
+
+def find_program(source: str, kwargs: dict[str, Any], name: str) -> tuple:
+    """(function, example args) of one program; a zoo program is built alone, so a
+    worker does not hold every program's arrays."""
+    if source == DEFAULT_PROGRAMS and name in zoo_names(**kwargs):
+        family, index = name.split(".", 1)
+        _, fn, args = make_program(family, int(index), kwargs.get("seed", 0))
+        return fn, args
+    programs = program_table(source, kwargs)
+    if name not in programs:
+        raise ValueError(f"no program {name!r} in {source}; e.g. {sorted(programs)[:5]}")
+    return programs[name]
+
+
 def plan_tasks(spec: CollectSpec) -> list[Task]:
     """Every graph of the collection, in a stable order (programs x kinds)."""
-    names = [(src, n) for src in spec.programs for n in program_table(src, spec.program_kwargs)]
+    names = [(src, n) for src in spec.programs for n in program_names(src, spec.program_kwargs)]
     splits = assign_splits([family_of(n) for _, n in names], spec.split_fractions, spec.seed)
     return [Task(kind, src, n, splits[family_of(n)]) for src, n in names for kind in spec.kinds]
 

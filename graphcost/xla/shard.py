@@ -11,7 +11,7 @@ whole plan and every graph's shard.
 `graphcost merge OUT OUT_0 … OUT_{N−1}` then checks that the shards come from one plan,
 that every planned graph was written (or logged as failed) by its shard and that no graph
 was written twice, and only then copies the graphs into one collection with one
-`log.jsonl`, `noise.json` and per-collection `manifest.json` (listing each shard's
+`log.jsonl`, per-collection `manifest.json` and `summary.json` (listing each shard's
 machine). Each graph is timed whole on one machine, so its configs stay comparable.
 
 The dealing (`assign_shards`, `take_shard`) lives in `graphcost.xla.plan`, below
@@ -26,8 +26,6 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
-
-import numpy as np
 
 from graphcost.atomic import atomic_open
 from graphcost.xla.collect import read_log, write_manifest
@@ -129,31 +127,12 @@ def check_shards(folders: Sequence[str | Path]) -> tuple[list[dict[str, Any]], l
     return plans, tasks
 
 
-def _merge_noise(folders: Sequence[Path], out: Path) -> dict[str, Any] | None:
-    graphs: list[dict[str, Any]] = []
-    for folder in folders:
-        path, logged = folder / "noise.json", read_log(folder)
-        if path.exists():
-            for g in json.loads(path.read_text())["graphs"]:
-                task = Task(**logged[g["path"]]["task"])  # paths were logged as spelled
-                graphs.append(dict(g, path=str(task.path(out))))
-    if not graphs:
-        return None
-    kinds = sorted({g["kind"] for g in graphs})
-    noise = {"graphs": graphs,
-             "mean_tau_by_kind": {k: float(np.nanmean([g["tau"] for g in graphs
-                                                       if g["kind"] == k])) for k in kinds},
-             "mean_tau": float(np.nanmean([g["tau"] for g in graphs]))}
-    (out / "noise.json").write_text(json.dumps(noise, indent=1))
-    return noise
-
-
 def merge(out: str | Path, folders: Sequence[str | Path], command: str | None = None
           ) -> MergeResult:
     """Combine shard folders into the collection OUT (a new folder), after `check_shards`.
 
     OUT is then what one unsharded `collect` would have written: the graphs, one
-    `log.jsonl` (each line tagged with its shard, paths under OUT), `noise.json`, and a
+    `log.jsonl` (each line tagged with its shard, paths under OUT), and a
     `manifest.json` per collection whose `shards` lists each shard's machine and command.
     """
     out, folders = Path(out), [Path(f) for f in folders]
@@ -177,9 +156,8 @@ def merge(out: str | Path, folders: Sequence[str | Path], command: str | None = 
                     continue
                 e.update(path=str(Task(**e["task"]).path(out)), shard=plan["shard"])
                 log.write(json.dumps(e) + "\n")
-    noise = _merge_noise(folders, out)
     spec = CollectSpec(**{**plans[0]["spec"], "out": str(out)})
-    manifests = write_manifest(spec, tasks, noise, command)
+    manifests = write_manifest(spec, tasks, command)
     for kind in spec.kinds:  # the machines that measured, not the one that merged
         shards = []
         for folder, plan in zip(folders, plans, strict=True):

@@ -1,0 +1,164 @@
+"""Run measurement tasks on pinned worker processes, inline or pipelined.
+
+Inline: one worker per core compiles and times each of its tasks itself, so a core's
+timing shares the machine with the other cores' compiling. Pipelined: compile workers
+run on every core and hand their compiled tasks (as bytes in a spool folder) to one
+timer process on the last core. While the timer times, it pauses (SIGSTOP) the compile
+workers that share its core and resumes them after (SIGCONT), so that core times
+alone and compiles whenever there is nothing to time: no core waits for compiling.
+
+A worker function returns either bytes (a compiled task for the timer) or a finished
+summary. A worker or timer that dies (a crash inside XLA) fails its task through
+`on_crash` and is replaced; paused workers are always resumed.
+"""
+
+from __future__ import annotations
+
+import multiprocessing as mp
+import os
+import queue
+import shutil
+import signal
+from collections import deque
+from collections.abc import Callable, Sequence
+from pathlib import Path
+from typing import Any
+
+Summary = dict[str, Any]
+WorkerFn = Callable[[Any, Any], "bytes | Summary"]  # (task, context) -> bytes or summary
+TimerFn = Callable[[Any, Any, bytes], Summary]  # (task, context, compiled) -> summary
+
+
+def _pin(core: int) -> None:
+    os.sched_setaffinity(0, {core})
+
+
+def _worker(core: int, fn: WorkerFn, context: Any, inbox: mp.Queue, results: mp.Queue,
+            wid: int, spool: str) -> None:
+    """Pin to `core`, then run `fn` on tasks until a None arrives."""
+    _pin(core)
+    while (item := inbox.get()) is not None:
+        index, task = item
+        out = fn(task, context)
+        if isinstance(out, bytes):
+            path = Path(spool) / f"{index}.bin"
+            path.write_bytes(out)
+            results.put(("compiled", wid, index, str(path)))
+        else:
+            results.put(("done", wid, index, out))
+
+
+def _signal(pids: Sequence[int], sig: int) -> None:
+    for pid in pids:
+        try:
+            os.kill(pid, sig)
+        except ProcessLookupError:
+            pass
+
+
+def _timer(core: int, fn: TimerFn, context: Any, inbox: mp.Queue, results: mp.Queue) -> None:
+    """Pin to `core`; time each compiled task with the workers in `pause` stopped."""
+    _pin(core)
+    while (item := inbox.get()) is not None:
+        index, task, path, pause = item
+        _signal(pause, signal.SIGSTOP)
+        try:
+            summary = fn(task, context, Path(path).read_bytes())
+        finally:
+            _signal(pause, signal.SIGCONT)
+        Path(path).unlink(missing_ok=True)
+        results.put(("done", "timer", index, summary))
+
+
+def run_pool(tasks: Sequence[Any], worker_fn: WorkerFn, context: Any,
+             on_done: Callable[[Summary], None], on_crash: Callable[[Any, str], Summary],
+             timer_fn: TimerFn | None = None, workers: int = 0, spool: str | Path = ".spool",
+             progress: Callable[[int], Any] | None = None) -> None:
+    """Run every task; `on_done(summary)` is called in this process as each one ends.
+
+    With `timer_fn`, tasks are pipelined (see the module doc); `workers` compile
+    workers (0: one per core this process may use) are dealt round-robin over cores.
+    """
+    if not tasks:
+        return
+    cores = sorted(os.sched_getaffinity(0))
+    n = min(workers or len(cores), len(tasks))
+    ctx = mp.get_context("spawn")
+    results = ctx.Queue()
+    spool = Path(spool)
+    shutil.rmtree(spool, ignore_errors=True)  # compiled tasks of a killed run are redone
+    spool.mkdir(parents=True)
+    inboxes: dict[Any, Any] = {}
+    procs: dict[Any, Any] = {}
+    timer_core = cores[-1]
+
+    def start(wid: Any) -> None:
+        inboxes[wid] = ctx.Queue()
+        if wid == "timer":
+            args = (timer_core, timer_fn, context, inboxes[wid], results)
+            target: Callable = _timer
+        else:
+            args = (cores[wid % len(cores)], worker_fn, context, inboxes[wid], results, wid,
+                    str(spool))
+            target = _worker
+        procs[wid] = ctx.Process(target=target, args=args, daemon=True)
+        procs[wid].start()
+
+    for w in range(n):
+        start(w)
+    if timer_fn is not None:
+        start("timer")
+    holding: dict[Any, int | None] = dict.fromkeys(procs)
+    ready: deque[tuple[int, str]] = deque()
+    next_task = done = 0
+
+    def finish(summary: Summary) -> None:
+        nonlocal done
+        on_done(summary)
+        done += 1
+        if progress:
+            progress(1)
+
+    def sharing_timer_core() -> list[int]:
+        return [procs[w].pid for w in procs
+                if w != "timer" and cores[w % len(cores)] == timer_core]
+
+    try:
+        while done < len(tasks):
+            for w in range(n):
+                if holding[w] is None and next_task < len(tasks) and len(ready) <= 2 * n:
+                    inboxes[w].put((next_task, tasks[next_task]))
+                    holding[w], next_task = next_task, next_task + 1
+            if "timer" in procs and holding["timer"] is None and ready:
+                index, path = ready.popleft()
+                inboxes["timer"].put((index, tasks[index], path, sharing_timer_core()))
+                holding["timer"] = index
+            try:
+                msg = results.get(timeout=0.5)
+            except queue.Empty:
+                msg = None
+            if msg is not None and holding.get(msg[1]) == msg[2]:
+                holding[msg[1]] = None
+                if msg[0] == "compiled":
+                    ready.append((msg[2], msg[3]))
+                else:
+                    finish(msg[3])
+            for w, p in list(procs.items()):
+                if p.is_alive() or holding[w] is None:
+                    continue
+                task = tasks[holding[w]]
+                holding[w] = None
+                if w == "timer":
+                    _signal([q.pid for q in procs.values()], signal.SIGCONT)
+                finish(on_crash(task, f"{'timer' if w == 'timer' else 'worker'} died "
+                                      f"(exit code {p.exitcode})"))
+                start(w)
+    finally:
+        _signal([p.pid for p in procs.values() if p.pid], signal.SIGCONT)
+        for w in procs:
+            inboxes[w].put(None)
+        for p in procs.values():
+            p.join(timeout=10)
+            if p.is_alive():
+                p.kill()
+        shutil.rmtree(spool, ignore_errors=True)
