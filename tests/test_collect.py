@@ -157,3 +157,15 @@ def test_pipeline_and_inline_runs_sample_the_same_executables(tmp_path):
     assert fa.tolist() == fb.tolist() and len(set(fa.tolist())) == 4
     log = read_log(tmp_path / "piped")
     assert [e["core"] for e in log.values()] == [[sorted(os.sched_getaffinity(0))[-1]]]
+
+
+def test_random_pick_score_is_the_mean_over_every_pick():
+    from itertools import combinations
+
+    from graphcost.xla.collect import random_pick_score
+
+    r = np.random.default_rng(0).uniform(1, 3, 9)
+    r[3] = r[5]  # a tie, as configs sharing one executable have
+    every = [2 - r[list(c)].min() / r.min() for c in combinations(range(9), 5)]
+    assert random_pick_score(r) == pytest.approx(np.mean(every))
+    assert random_pick_score(r[:5]) == 1.0  # five configs: any pick holds the best

@@ -48,6 +48,9 @@ def _protocol_options(f: Callable) -> Callable:
     f = click.option("--rounds", default=2, show_default=True,
                      help="Timing rounds, each in a fresh order with fresh inputs; τ between "
                           "two rounds is the noise ceiling.")(f)
+    f = click.option("--min-time-s", default=0.03, show_default=True,
+                     help="Fast executables get more calls (up to 10x --runs) until each "
+                          "round times one for this long.")(f)
     f = click.option("--flush-cache", is_flag=True,
                      help="Overwrite a buffer twice the last-level cache before each call.")(f)
     f = click.option("--max-run-s", default=0.25, show_default=True,
@@ -77,7 +80,8 @@ def _command_line() -> str:
 @_protocol_options
 def measure(program: str, kind: str, source: str, per_family: int, core: int | None,
             out: str | None, check_options: bool, num_configs: int, runs: int, warmup: int,
-            rounds: int, flush_cache: bool, max_run_s: float, seed: int) -> None:
+            rounds: int, min_time_s: float, flush_cache: bool, max_run_s: float,
+            seed: int) -> None:
     """Time the distinct executables of one PROGRAM's sampled configs (e.g. mlp.000)."""
     from graphcost.formats.npz import write_graph
     from graphcost.xla.collect import measure_program
@@ -89,7 +93,8 @@ def measure(program: str, kind: str, source: str, per_family: int, core: int | N
         for label, status in check_knobs().items():
             click.echo(f"  {label:45} {status}")
     try:
-        protocol = Protocol(warmup, runs, rounds, max_run_s, flush_cache=flush_cache)
+        protocol = Protocol(warmup, runs, rounds, max_run_s, flush_cache=flush_cache,
+                            min_time_s=min_time_s)
         protocol.check()
         graph, report = measure_program(program, kind, source, program_kwargs(per_family),
                                         num_configs, seed, protocol, core)
@@ -126,15 +131,19 @@ def measure(program: str, kind: str, source: str, per_family: int, core: int | N
 @click.option("--pipeline/--no-pipeline", default=True, show_default=True,
               help="Compile on every core while one core only times (pausing its own "
                    "compiling while it times); --no-pipeline: each core compiles and times.")
+@click.option("--quiet-timing/--shared-timing", default=True, show_default=True,
+              help="With the pipeline: pause every compile worker while timing (quiet) or "
+                   "only those on the timing core (shared: more compiling, more noise).")
 @click.option("--retry-failed", is_flag=True, help="Measure graphs logged as failed again.")
 @click.option("--shard", default="", metavar="I/N",
               help="Measure only shard I of N (0-based) of the planned graphs, e.g. one per "
                    "machine with the same options; combine with `graphcost merge`.")
 @_protocol_options
 def collect(out: str, sources: tuple[str, ...], per_family: int, families: str | None,
-            kinds: str, workers: int, limit: int, pipeline: bool, retry_failed: bool,
+            kinds: str, workers: int, limit: int, pipeline: bool, quiet_timing: bool,
+            retry_failed: bool,
             shard: str, num_configs: int, runs: int, warmup: int, rounds: int,
-            flush_cache: bool, max_run_s: float, seed: int) -> None:
+            min_time_s: float, flush_cache: bool, max_run_s: float, seed: int) -> None:
     """Measure programs x configs into TpuGraphs collections under OUT (resumable: a
     rerun with the same options measures only what is not written yet).
 
@@ -149,9 +158,9 @@ def collect(out: str, sources: tuple[str, ...], per_family: int, families: str |
         spec = collect_spec(out, sources, per_family, comma_list(families), comma_list(kinds),
                             num_configs=num_configs, seed=seed,
                             protocol=Protocol(warmup, runs, rounds, max_run_s,
-                                              flush_cache=flush_cache),
+                                              flush_cache=flush_cache, min_time_s=min_time_s),
                             workers=workers, limit=limit, retry_failed=retry_failed, shard=shard,
-                            pipeline=pipeline)
+                            pipeline=pipeline, quiet_timing=quiet_timing)
     except ValueError as e:
         raise click.ClickException(str(e)) from None
     bars: list = []

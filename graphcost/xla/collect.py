@@ -66,6 +66,7 @@ def _finish(task: Task, spec: CollectSpec, graph, report) -> dict[str, Any]:
                    core=sorted(os.sched_getaffinity(0)))
     if graph is not None:
         write_graph(task.path(spec.out), graph, extra=report.extra)
+        summary["random_top5_score"] = random_pick_score(graph.config_runtime)
         summary["nodes"] = graph.num_nodes
         summary["configurable"] = (int(graph.node_config_ids.size)
                                    if graph.kind == "layout" else 0)
@@ -212,7 +213,7 @@ def collect(spec: CollectSpec, progress: Callable[[int, int], Callable[[dict], A
     spec_d = spec_dict(spec)
     if spec.pipeline:
         run_pool(todo, compile_task, spec_d, on_done, on_crash, time_task, spec.workers,
-                 out / ".spool")
+                 out / ".spool", spec.quiet_timing)
     else:
         run_pool(todo, measure_task, spec_d, on_done, on_crash, None, spec.workers)
     wall = time.perf_counter() - start
@@ -237,6 +238,21 @@ def _machine() -> dict[str, Any]:
             "python": platform.python_version(), "platform": platform.platform()}
 
 
+def random_pick_score(runtime_ns: np.ndarray, k: int = 5) -> float:
+    """The expected tile score (2 − best of the top k / best of all) of k configs picked
+    at random: the floor a model must clear on this graph. With runtimes sorted
+    ascending, the i-th (0-based) is the best of a random k-subset with probability
+    C(c−1−i, k−1) / C(c, k)."""
+    from math import comb
+
+    r = np.sort(np.asarray(runtime_ns, dtype=np.float64))
+    c = r.size
+    if c <= k:
+        return 1.0
+    p = np.array([comb(c - 1 - i, k - 1) for i in range(c)], dtype=np.float64) / comb(c, k)
+    return float(2.0 - (p * r).sum() / r[0])
+
+
 def collection_figures(entries: list[dict[str, Any]]) -> dict[str, Any]:
     """The headline figures of one collection's logged graphs: counts, distinct
     executables, runtime spread, samples per core-minute and the noise ceiling (mean
@@ -255,6 +271,7 @@ def collection_figures(entries: list[dict[str, Any]]) -> dict[str, Any]:
     noise = np.array([e["noise_tau"] for e in ok if e.get("noise_tau") is not None], dtype=float)
     tau, low, high = bootstrap_ci(noise) if noise.size else (None, None, None)
     spreads = np.array([e["runtime_max_over_min"] for e in ok])
+    picks = [e["random_top5_score"] for e in ok if e.get("random_top5_score") is not None]
     return {
         "graphs": len(ok), "families_measured": len({family_of(e["name"]) for e in ok}),
         "configs": int(sum(e["kept"] for e in ok)),
@@ -265,6 +282,7 @@ def collection_figures(entries: list[dict[str, Any]]) -> dict[str, Any]:
         "runtime_max_over_min_median": median("runtime_max_over_min"),
         "runtime_max_over_min_quartiles": [float(q) for q in np.percentile(spreads, [25, 75])],
         "median_spread": median("median_spread"),
+        "random_top5_score": float(np.mean(picks)) if picks else None,
         "samples_per_minute_per_core": round(60 * sum(e["kept"] for e in ok) / seconds, 1)
         if seconds else None,
         "noise_ceiling_tau": tau,

@@ -27,11 +27,12 @@ class Protocol:
     """How hard to time: rounds, calls, limits and output checks."""
 
     warmup: int = 2  # untimed calls per executable per round
-    runs: int = 10  # timed calls per executable per round
+    runs: int = 10  # timed calls per executable per round, at least
     rounds: int = 2  # independent rounds, each in a fresh order with fresh inputs
     max_run_s: float = 0.25  # a single call slower than this fails the executable
     check_outputs: bool = True
     flush_cache: bool = False  # overwrite a buffer twice the last-level cache per call
+    min_time_s: float = 0.03  # more calls (up to 10 x runs) until a round times this long
 
     def check(self) -> None:
         """Raise ValueError naming the setting that cannot work."""
@@ -125,6 +126,7 @@ def time_executables(runnables: Mapping[Hashable, Runnable], protocol: Protocol,
 
     results = {k: ConfigResult() for k in runnables}
     live = dict(runnables)
+    calls_per_round: dict[Hashable, int] = {}
     ref_out = None
     for k in sorted(live, key=lambda k: k != reference):
         exe, make_inputs = live[k]
@@ -137,6 +139,8 @@ def time_executables(runnables: Mapping[Hashable, Runnable], protocol: Protocol,
             del live[k]
             continue
         flat = [np.asarray(x) for x in jax.tree.leaves(out)]
+        wanted = int(np.ceil(protocol.min_time_s / max(took, 1e-9)))
+        calls_per_round[k] = min(max(protocol.runs, wanted), 10 * protocol.runs)
         if took > protocol.max_run_s * 20:  # the first call may include one-time setup
             results[k] = ConfigResult("timeout", f"first call took {took:.3f}s")
             del live[k]
@@ -155,7 +159,7 @@ def time_executables(runnables: Mapping[Hashable, Runnable], protocol: Protocol,
             exe, make_inputs = live[k]
             inputs = make_inputs()
             calls: list[int] = []
-            for call in range(protocol.warmup + protocol.runs):
+            for call in range(protocol.warmup + calls_per_round[k]):
                 if protocol.flush_cache and call >= protocol.warmup:
                     flush_cache()
                 start = time.perf_counter_ns()

@@ -43,6 +43,7 @@ class CollectSpec:
     retry_failed: bool = False
     shard: str = ""  # 'I/N': measure only shard I of N of the plan (graphcost.xla.shard)
     pipeline: bool = True  # compile on every core, time on one (graphcost.xla.pool)
+    quiet_timing: bool = True  # pipeline: pause every compile worker while timing
 
     def __post_init__(self) -> None:
         bad = sorted(set(self.kinds) - set(KINDS))

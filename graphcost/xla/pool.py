@@ -6,6 +6,8 @@ run on every core and hand their compiled tasks (as bytes in a spool folder) to 
 timer process on the last core. While the timer times, it pauses (SIGSTOP) the compile
 workers that share its core and resumes them after (SIGCONT), so that core times
 alone and compiles whenever there is nothing to time: no core waits for compiling.
+With `quiet`, the timer pauses every compile worker, so that no compiling shares the
+caches and memory bandwidth with a timed call (at the cost of compile time).
 
 A worker function returns either bytes (a compiled task for the timer) or a finished
 summary. A worker or timer that dies (a crash inside XLA) fails its task through
@@ -73,7 +75,7 @@ def _timer(core: int, fn: TimerFn, context: Any, inbox: mp.Queue, results: mp.Qu
 def run_pool(tasks: Sequence[Any], worker_fn: WorkerFn, context: Any,
              on_done: Callable[[Summary], None], on_crash: Callable[[Any, str], Summary],
              timer_fn: TimerFn | None = None, workers: int = 0, spool: str | Path = ".spool",
-             progress: Callable[[int], Any] | None = None) -> None:
+             quiet: bool = True, progress: Callable[[int], Any] | None = None) -> None:
     """Run every task; `on_done(summary)` is called in this process as each one ends.
 
     With `timer_fn`, tasks are pipelined (see the module doc); `workers` compile
@@ -119,9 +121,9 @@ def run_pool(tasks: Sequence[Any], worker_fn: WorkerFn, context: Any,
         if progress:
             progress(1)
 
-    def sharing_timer_core() -> list[int]:
+    def to_pause() -> list[int]:
         return [procs[w].pid for w in procs
-                if w != "timer" and cores[w % len(cores)] == timer_core]
+                if w != "timer" and (quiet or cores[w % len(cores)] == timer_core)]
 
     try:
         while done < len(tasks):
@@ -131,7 +133,7 @@ def run_pool(tasks: Sequence[Any], worker_fn: WorkerFn, context: Any,
                     holding[w], next_task = next_task, next_task + 1
             if "timer" in procs and holding["timer"] is None and ready:
                 index, path = ready.popleft()
-                inboxes["timer"].put((index, tasks[index], path, sharing_timer_core()))
+                inboxes["timer"].put((index, tasks[index], path, to_pause()))
                 holding["timer"] = index
             try:
                 msg = results.get(timeout=0.5)
