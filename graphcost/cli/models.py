@@ -1,4 +1,4 @@
-"""Commands over models: train, evaluate, predict, submit."""
+"""Commands over models: train, evaluate, crossval, predict, submit."""
 
 from __future__ import annotations
 
@@ -104,3 +104,48 @@ def submit_cmd(data: str, models: tuple[str, ...], out_path: str, split: str, de
         raise click.BadParameter(str(e), param_hint="--model") from None
     out = make_submission(mapping, data, out_path, split=split, device=device)
     click.echo(f"wrote {out}")
+
+
+@click.command("crossval")
+@click.argument("data", type=click.Path(exists=True, file_okay=False))
+@click.option("--folds", type=int, default=5, show_default=True,
+              help="folds of program families; each family is held out exactly once")
+@click.option("--model", "model_name", default="ranker", show_default=True,
+              help="ranker, or a baseline: sage-early, sage-late, mlp (tile), resgcn (layout)")
+@click.option("--set", "sets", multiple=True, metavar="KEY=VALUE",
+              help="a training or model setting, as for `graphcost train`; repeatable")
+@click.option("--epochs", type=int, default=None)
+@click.option("--valid-fraction", type=float, default=0.15, show_default=True,
+              help="share of each fold's training graphs, whole families, kept for early "
+                   "stopping (0: none)")
+@click.option("--seed", type=int, default=0, show_default=True,
+              help="seeds the fold assignment, the validation families and training")
+@click.option("--out", "out_dir", type=click.Path(file_okay=False), default=None,
+              help="keep each fold's run in OUT/fold-<i> and the results in OUT/crossval.json")
+@click.option("--json", "json_path", type=click.Path(dir_okay=False), default=None,
+              help="also write the results (per fold, per graph, overall) here")
+@click.option("--verbose", is_flag=True, help="print every epoch's line, as `train` does")
+@_device_option
+def crossval_cmd(data: str, folds: int, model_name: str, sets: tuple[str, ...],
+                 epochs: int | None, valid_fraction: float, seed: int, out_dir: str | None,
+                 json_path: str | None, verbose: bool, device: str) -> None:
+    """Leave-family-out k-fold cross-validation on every graph of a collection (all its
+    splits pooled): per-fold and overall mean τ (tile: tile score) with 95% intervals."""
+    from graphcost.atomic import write_json
+    from graphcost.eval.crossval import crossvalidate, format_overall
+    from graphcost.train.settings import parse_settings
+
+    fixed = {"device": device, "seed": seed, "progress": verbose,
+             **({} if epochs is None else {"epochs": epochs})}
+    try:
+        settings, model_kw = parse_settings(sets, **fixed)
+    except (ValueError, TypeError) as e:
+        raise click.BadParameter(str(e), param_hint="--set") from None
+    try:
+        result = crossvalidate(data, model_name, folds, settings, model_kw, out_dir, seed,
+                               valid_fraction, log=click.echo)
+    except (ValueError, FileNotFoundError) as e:  # bad folder, folds, model or setting
+        raise click.ClickException(str(e)) from None
+    click.echo(format_overall(result))
+    if json_path:
+        write_json(result, json_path)

@@ -6,21 +6,23 @@ from pathlib import Path
 
 import numpy as np
 
-from graphcost.data.collection import open_collection
+from graphcost.data.collection import Collection, open_collection
 from graphcost.eval.metrics import evaluate_graphs
 from graphcost.models.model import Model, as_model
 from graphcost.models.scorer import score_graph
 
 
-def evaluate_model(model: Model | str | Path, data: str | Path, split: str = "valid",
+def evaluate_model(model: Model | str | Path, data: str | Path | Collection,
+                   split: str = "valid",
                    max_configs: int = 0, chunk_size: int = 1024, device: str = "cpu") -> dict:
     """Metrics of a model on every graph of a split, with bootstrap 95% intervals.
 
     `max_configs` > 0 scores a fixed seeded subset of that many configs per graph (like
-    the official eval indices); 0 scores every config.
+    the official eval indices); 0 scores every config. `data` may be a `Collection` with
+    caller-chosen splits (a cross-validation fold's held-out files).
     """
     m = as_model(model, device)
-    coll = open_collection(data)
+    coll = data if isinstance(data, Collection) else open_collection(data)
     preds, runtimes = {}, {}
     for g in coll.graphs(split):
         ids = None

@@ -145,12 +145,20 @@ def evaluate_graphs(kind: str, preds: Mapping[str, np.ndarray],
     if missing:
         raise ValueError(f"no predictions for {len(missing)} graphs, e.g. {missing[:3]}")
     rows = {name: graph_metrics(kind, preds[name], runtimes[name]) for name in sorted(runtimes)}
+    return {"kind": kind, "graphs": rows, "summary": summarize(rows, n_boot, seed)}
+
+
+def summarize(rows: Mapping[str, Mapping[str, float]], n_boot: int = 1000,
+              seed: int = 0) -> dict[str, dict]:
+    """Every metric's mean over per-graph rows with its bootstrap 95% interval (MeanCI as
+    dict); apart from `evaluate_graphs` so that rows pooled from several evaluations
+    (cross-validation folds) are summarised the same way."""
     summary = {}
     for metric in ("kendall_tau", "opa", "slowdown@1", "slowdown@5", "slowdown@10", "score"):
         values = np.array([r[metric] for r in rows.values()], dtype=np.float64)
         mean, lo, hi = bootstrap_ci(values, n_boot=n_boot, seed=seed)
         summary[metric] = asdict(MeanCI(mean, lo, hi, int((~np.isnan(values)).sum())))
-    return {"kind": kind, "graphs": rows, "summary": summary}
+    return summary
 
 
 def overall_score(collection_scores: Mapping[str, float]) -> float:

@@ -6,29 +6,39 @@ from pathlib import Path
 from typing import Any
 
 from graphcost.atomic import write_json
-from graphcost.data.collection import open_collection
+from graphcost.data.collection import Collection, open_collection
 from graphcost.models.model import Model
 from graphcost.train.distributed import is_main_process
 from graphcost.train.loop import fit
 from graphcost.train.settings import TrainSettings
 
 
-def train_model(data: str | Path, model: str = "ranker", out_dir: str | Path = "runs/model",
-                settings: TrainSettings | None = None, model_settings: dict[str, Any] | None = None,
+def train_model(data: str | Path | Collection, model: str = "ranker",
+                out_dir: str | Path = "runs/model", settings: TrainSettings | None = None,
+                model_settings: dict[str, Any] | None = None,
                 resume: bool = False) -> tuple[Model, dict]:
     """Train on a collection's `train` split (or its only split), validating on `valid`.
+
+    `data` is a collection folder, or a `Collection` whose splits are file lists chosen
+    by the caller (cross-validation folds); then `run.json` also lists those files, since
+    the folder alone no longer says what was trained on.
 
     Writes `run.json` (what was trained on), `best.pt`, `last.pt`, `metrics.jsonl` and,
     when training finishes, `model.pt` (the best weights) under `out_dir`.
     """
-    coll = open_collection(data)
+    given = isinstance(data, Collection)
+    coll = data if given else open_collection(data)
     train_split = "train" if "train" in coll.splits else next(iter(coll.splits))
     valid = list(coll.graphs("valid", lazy=True)) if "valid" in coll.splits else None
     m = Model(model, coll.kind, **(model_settings or {}))
     main = is_main_process()  # under torchrun only rank 0 writes files
     if main:
-        write_json({"data": str(Path(data).resolve()), "collection": coll.name, "model": model,
-                    "model_settings": model_settings or {}}, Path(out_dir) / "run.json")
+        info: dict[str, Any] = {"data": str(Path(coll.root if given else data).resolve()),
+                                "collection": coll.name, "model": model,
+                                "model_settings": model_settings or {}}
+        if given:
+            info["files"] = {s: [f.name for f in files] for s, files in coll.splits.items()}
+        write_json(info, Path(out_dir) / "run.json")
     result = fit(m, list(coll.graphs(train_split, lazy=True)), valid, settings, out_dir, resume)
     if main and not result["stopped"]:
         m.save(Path(out_dir) / "model.pt")

@@ -1,0 +1,165 @@
+"""Leave-family-out cross-validation: what `graphcost crossval` runs.
+
+A collection's fixed test split holds a few program families, so its mean τ says more
+about those families than about the model. Here every graph of the collection (all its
+splits pooled) is scored once, by a model trained without any graph of its family:
+families are dealt into k folds of about equal graph count, and for each fold a model is
+trained on the other folds' families and evaluated on the fold's. A seeded share of the
+training families (`valid_fraction` of their graphs) is set aside for early stopping, so
+neither the held-out families nor the validation ones are trained on.
+
+Training is `train_model` and scoring `evaluate_model`, the paths of `graphcost train`
+and `graphcost evaluate`; only the choice of files differs.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import tempfile
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from graphcost.atomic import write_json
+from graphcost.data.collection import Collection, open_collection
+from graphcost.data.families import carve_families, family_folds, family_of, family_sizes
+from graphcost.eval.evaluate import evaluate_model
+from graphcost.eval.metrics import MeanCI, summarize
+from graphcost.models.model import Model
+from graphcost.train.run import train_model
+from graphcost.train.settings import TrainSettings
+
+
+@dataclass
+class Fold:
+    """One fold's families (each list sorted) and the collection of its files."""
+
+    index: int  # 1-based
+    held_out: list[str]
+    valid: list[str]
+    train: list[str]
+    collection: Collection  # splits train / valid (when any) / test = held out
+
+    def count(self, split: str) -> int:
+        return len(self.collection.splits.get(split, []))
+
+
+def pooled_files(coll: Collection) -> dict[str, Path]:
+    """Every file of every split, by graph name; a name in two splits is an error (its
+    family could then be both trained on and held out)."""
+    files: dict[str, Path] = {}
+    for paths in coll.splits.values():
+        for p in paths:
+            if p.stem in files:
+                raise ValueError(f"graph {p.stem} is in two splits: {files[p.stem]} and {p}")
+            files[p.stem] = p
+    return files
+
+
+def plan_folds(coll: Collection, folds: int, seed: int = 0,
+               valid_fraction: float = 0.15) -> list[Fold]:
+    """The k folds of a collection: families balanced by graph count, deterministic for a
+    seed; each fold's validation families carved (seed + fold) from its training ones."""
+    files = pooled_files(coll)
+    sizes = family_sizes(files)
+    groups = family_folds(sizes, folds, seed)
+    plan = []
+    def of(families: list[str]) -> list[Path]:
+        return [p for n, p in files.items() if family_of(n) in families]
+
+    for i, held in enumerate(groups, 1):
+        rest = {f: n for f, n in sizes.items() if f not in held}
+        valid = carve_families(rest, valid_fraction, seed + i)
+        train = [f for f in rest if f not in valid]
+        splits = {"train": of(train), "valid": of(valid), "test": of(held)}
+        plan.append(Fold(i, held, valid, train, Collection(
+            name=coll.name, root=coll.root, splits={s: f for s, f in splits.items() if f})))
+    return plan
+
+
+def crossvalidate(data: str | Path, model: str = "ranker", folds: int = 5,
+                  settings: TrainSettings | None = None,
+                  model_settings: dict[str, Any] | None = None,
+                  out_dir: str | Path | None = None, seed: int = 0,
+                  valid_fraction: float = 0.15,
+                  log: Callable[[str], None] | None = None) -> dict:
+    """Train and evaluate one model per fold; return per-fold and per-graph figures and
+    the overall means with 95% intervals (every graph scored once, by its fold's model).
+
+    Fold runs go to `out_dir/fold-<i>` (a temporary folder when None). `log` receives a
+    line before and after each fold. Bad input (no collection, folds < 2, more folds than
+    families, an unknown model or setting) raises ValueError before any training.
+    """
+    say = log or (lambda _: None)
+    coll = open_collection(data)
+    kind = coll.kind
+    Model(model, kind, **(model_settings or {}))  # refuse an unknown model or setting now
+    s = settings or TrainSettings()
+    s.check()
+    plan = plan_folds(coll, folds, seed, valid_fraction)
+    result: dict[str, Any] = {
+        "collection": coll.name, "data": str(Path(data).resolve()), "kind": kind,
+        "model": model, "model_settings": model_settings or {},
+        "settings": dataclasses.asdict(s), "folds": folds, "seed": seed,
+        "valid_fraction": valid_fraction, "fold_results": [], "graphs": {}, "skipped": []}
+    with tempfile.TemporaryDirectory(prefix="graphcost-crossval-") as tmp:
+        root = Path(out_dir) if out_dir is not None else Path(tmp)
+        for fold in plan:
+            say(format_fold_start(fold, folds, model))
+            run_dir = root / f"fold-{fold.index}"
+            m, trained = train_model(fold.collection, model, run_dir, s, model_settings)
+            report = evaluate_model(m, fold.collection, "test", chunk_size=s.chunk_size,
+                                    device=s.device)
+            for name, row in report["graphs"].items():
+                result["graphs"][name] = {"fold": fold.index, "family": family_of(name), **row}
+            row = {"fold": fold.index, "held_out": fold.held_out, "valid": fold.valid,
+                   "train": fold.train,
+                   "graphs": {sp: fold.count(sp) for sp in ("train", "valid", "test")},
+                   "scored": len(report["graphs"]),
+                   "best_epoch": trained["best_epoch"],  # by valid score (else train loss)
+                   "best_score": trained["best_score"],
+                   "summary": report["summary"],
+                   "run_dir": str(run_dir) if out_dir is not None else None}
+            result["fold_results"].append(row)
+            result["skipped"] += [str(e) for e in fold.collection.skipped]
+            say(format_fold_result(row, folds, kind))
+    result["overall"] = summarize(result["graphs"])
+    if out_dir is not None:
+        write_json(result, Path(out_dir) / "crossval.json")
+    return result
+
+
+def _figures(summary: dict, kind: str) -> str:
+    """The collection's score as `graphcost evaluate` reports it: layout τ, tile score."""
+    score = MeanCI(**summary["score"])
+    if kind == "tile":
+        return f"tile score {score}  τ {MeanCI(**summary['kendall_tau'])}"
+    return f"τ {score}"
+
+
+def format_fold_start(fold: Fold, folds: int, model: str) -> str:
+    """What a fold trains on, stops early on and holds out (graphs, families)."""
+    return (f"fold {fold.index}/{folds}: training {model} on {fold.count('train')} graphs "
+            f"({len(fold.train)} families); early stopping on {fold.count('valid')} "
+            f"({', '.join(fold.valid) or 'none: best train loss'}); holding out "
+            f"{fold.count('test')} ({', '.join(fold.held_out)})")
+
+
+def format_fold_result(row: dict, folds: int, kind: str) -> str:
+    """A fold's held-out figures with their 95% intervals."""
+    return (f"fold {row['fold']}/{folds}: {row['scored']} held-out graphs scored, "
+            f"{_figures(row['summary'], kind)}  (best epoch {row['best_epoch']})")
+
+
+def format_overall(result: dict) -> str:
+    """The overall means with their 95% intervals (the fold lines come from `log`)."""
+    kind, k = result["kind"], result["folds"]
+    lines = [f"{result['collection']} {result['model']}, {k}-fold leave-family-out: "
+             f"{len(result['graphs'])} graphs, each scored once by the model that never "
+             f"saw its family; mean [95% interval]:",
+             f"  {_figures(result['overall'], kind)}",
+             f"  OPA {MeanCI(**result['overall']['opa'])}"]
+    if result["skipped"]:
+        lines.append(f"  {len(result['skipped'])} unreadable files skipped")
+    return "\n".join(lines)

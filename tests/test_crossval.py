@@ -1,0 +1,169 @@
+"""Leave-family-out cross-validation: every family held out exactly once and never trained
+on in its fold, every graph scored exactly once, and the command's output and refusals."""
+
+import json
+from collections import Counter
+
+import numpy as np
+import pytest
+import torch
+from click.testing import CliRunner
+
+import graphcost.train.run
+from graphcost.cli import main
+from graphcost.data.collection import open_collection
+from graphcost.data.families import carve_families, family_folds, family_of
+from graphcost.data.synthetic import make_layout_graph, make_tile_graph
+from graphcost.eval.crossval import crossvalidate, plan_folds
+from graphcost.eval.metrics import bootstrap_ci
+from graphcost.formats import write_graph
+from graphcost.train import TrainSettings
+
+torch.set_num_threads(1)
+
+# 5 families of unequal size, spread over the splits as `collect` would not (a family
+# in two splits), so that pooling is tested too
+FAMILIES = {"mlp": 3, "cnn": 2, "rnn": 2, "attn": 1, "conv_nhwc": 2}
+FAST = ["--epochs", "1", "--set", "steps_per_epoch=1", "--set", "graphs_per_batch=2",
+        "--set", "configs_per_graph=4", "--set", "hidden=16"]
+
+
+def write_families(root, kind="layout", families=FAMILIES):
+    """A collection with graphs named `family.NNN`, dealt round-robin over the splits."""
+    rng = np.random.default_rng(0)
+    base = root / "npz" / kind / "synth" / ("random" if kind == "layout" else "")
+    i = 0
+    for fam, count in families.items():
+        for j in range(count):
+            name = f"{fam}.{j:03d}"
+            g = (make_layout_graph(rng, num_nodes=16, num_configs=6, name=name)
+                 if kind == "layout" else make_tile_graph(rng, num_nodes=8, num_configs=8,
+                                                          name=name))
+            write_graph(base / ("train", "valid", "test")[i % 3] / f"{name}.npz", g)
+            i += 1
+    return base
+
+
+def fast_settings() -> TrainSettings:
+    return TrainSettings(epochs=1, steps_per_epoch=1, graphs_per_batch=2, configs_per_graph=4,
+                         valid_configs=6, progress=False)
+
+
+def test_family_of_has_the_zoo_semantics():
+    programs = pytest.importorskip("graphcost.xla.programs")
+    for name in ("mlp.000", "cnn_nhwc.012", "bert_pretraining.4x4.fp16", "plain"):
+        assert family_of(name) == programs.family_of(name)
+
+
+def test_family_folds_are_a_balanced_deterministic_partition():
+    sizes = {"a": 5, "b": 1, "c": 3, "d": 3, "e": 2, "f": 2, "g": 4}
+    for folds in (2, 3, 7):
+        groups = family_folds(sizes, folds, seed=3)
+        assert Counter(f for g in groups for f in g) == Counter(list(sizes))  # each once
+        assert all(groups)
+        totals = [sum(sizes[f] for f in g) for g in groups]
+        assert max(totals) - min(totals) <= max(sizes.values())
+        assert family_folds(sizes, folds, seed=3) == groups
+    with pytest.raises(ValueError, match="at least 2"):
+        family_folds(sizes, 1)
+    with pytest.raises(ValueError, match="at least 8 families"):
+        family_folds(sizes, 8)
+
+
+def test_validation_families_hold_the_fraction_and_leave_training_families():
+    sizes = {"a": 5, "b": 1, "c": 3, "d": 3}
+    valid = carve_families(sizes, 0.3, seed=1)
+    assert valid and set(valid) < set(sizes)
+    assert sum(sizes[f] for f in valid) >= 0.3 * sum(sizes.values())
+    assert carve_families(sizes, 0.0) == [] and carve_families({"a": 3}, 0.5) == []
+    assert len(carve_families(sizes, 0.99)) == len(sizes) - 1
+
+
+def test_every_family_is_held_out_once_and_never_trained_on_in_its_fold(tmp_path, monkeypatch):
+    data = write_families(tmp_path)
+    plan = plan_folds(open_collection(data), 3, seed=0, valid_fraction=0.2)
+    assert Counter(f for fold in plan for f in fold.held_out) == Counter(list(FAMILIES))
+
+    seen = []  # what the one training loop was given, fold by fold
+    real_fit = graphcost.train.run.fit
+
+    def spy(model, train_graphs, valid_graphs, *args, **kwargs):
+        seen.append(({g.name for g in train_graphs}, {g.name for g in valid_graphs or []}))
+        return real_fit(model, train_graphs, valid_graphs, *args, **kwargs)
+
+    monkeypatch.setattr(graphcost.train.run, "fit", spy)
+    result = crossvalidate(data, "ranker", 3, fast_settings(), {"hidden": 16},
+                           valid_fraction=0.2)
+    assert len(seen) == len(result["fold_results"]) == 3
+    for (train, valid), fold in zip(seen, result["fold_results"], strict=True):
+        held = set(fold["held_out"])
+        assert train and not {family_of(n) for n in train} & held
+        assert not {family_of(n) for n in valid} & held
+        assert not {family_of(n) for n in valid} & {family_of(n) for n in train}
+        assert {family_of(n) for n in valid} == set(fold["valid"])
+        scored = {n for n, row in result["graphs"].items() if row["fold"] == fold["fold"]}
+        assert {family_of(n) for n in scored} == held
+
+
+def test_overall_scores_every_graph_exactly_once(tmp_path):
+    data = write_families(tmp_path)
+    result = crossvalidate(data, "ranker", 2, fast_settings(), {"hidden": 16},
+                           out_dir=tmp_path / "cv")
+    every = {p.stem for files in open_collection(data).splits.values() for p in files}
+    assert set(result["graphs"]) == every
+    assert sum(f["scored"] for f in result["fold_results"]) == len(every)
+    taus = np.array([row["kendall_tau"] for row in result["graphs"].values()])
+    mean, lo, hi = bootstrap_ci(taus)
+    assert result["overall"]["kendall_tau"]["mean"] == pytest.approx(mean)
+    assert (result["overall"]["kendall_tau"]["lo"], result["overall"]["kendall_tau"]["hi"]) \
+        == pytest.approx((lo, hi))
+    saved = json.loads((tmp_path / "cv" / "crossval.json").read_text())
+    assert set(saved["graphs"]) == every
+    run = json.loads((tmp_path / "cv" / "fold-1" / "run.json").read_text())
+    assert {n[:-4] for n in run["files"]["test"]} == {
+        n for n, row in result["graphs"].items() if row["fold"] == 1}
+
+
+def test_cli_prints_each_fold_and_the_overall_figure(tmp_path):
+    data = write_families(tmp_path, "tile")
+    out = tmp_path / "cv.json"
+    result = CliRunner().invoke(main, ["crossval", str(data), "--folds", "3", "--model",
+                                       "mlp", "--json", str(out), *FAST])
+    assert result.exit_code == 0, result.output
+    for i in (1, 2, 3):
+        assert f"fold {i}/3: training mlp" in result.output
+        assert f"fold {i}/3: " in result.output and "held-out graphs scored, tile score" \
+            in result.output
+    assert "10 graphs, each scored once" in result.output
+    saved = json.loads(out.read_text())
+    assert saved["kind"] == "tile" and len(saved["fold_results"]) == 3
+    assert f"tile score {saved['overall']['score']['mean']:.4f}" in result.output
+
+
+# (arguments, words the message must contain); messages written elsewhere (models, --set
+# parsing) are matched loosely so that rewording them does not break this test
+@pytest.mark.parametrize("args, words", [
+    (["--folds", "1"], ["folds must be at least 2"]),
+    (["--folds", "6"], ["6 folds need at least 6 families"]),
+    (["--model", "mlp"], ["mlp", "tile"]),
+    (["--model", "nope"], ["nope"]),
+    (["--set", "epochs"], ["epochs", "key=value"]),
+    (["--valid-fraction", "1.5"], ["validation fraction must be in [0, 1)"]),
+])
+def test_cli_refuses_bad_input_with_a_message(tmp_path, args, words):
+    data = write_families(tmp_path)
+    result = CliRunner().invoke(main, ["crossval", str(data), *args, *FAST])
+    assert result.exit_code != 0
+    assert isinstance(result.exception, SystemExit)  # a message, not a traceback
+    assert "Error" in result.output and "Traceback" not in result.output
+    assert all(w.lower() in result.output.lower() for w in words), result.output
+    assert "fold 1/" not in result.output  # refused before any training
+
+
+def test_cli_refuses_a_folder_without_a_collection(tmp_path):
+    (tmp_path / "empty").mkdir()
+    result = CliRunner().invoke(main, ["crossval", str(tmp_path / "empty")])
+    assert result.exit_code != 0 and isinstance(result.exception, SystemExit)
+    assert "empty" in result.output and "collection" in result.output
+    missing = CliRunner().invoke(main, ["crossval", str(tmp_path / "missing")])
+    assert missing.exit_code == 2 and "does not exist" in missing.output
