@@ -157,15 +157,16 @@ class Tunable:
 def prepare(name: str, fn: Callable, args: Sequence[Any], kind: str) -> Tunable:
     """Compile the default once, read its HLO graph and find the configurable points."""
     from graphcost.xla.configs import locate_points
-    from graphcost.xla.measure import _hlo_graph, _opcode_names
+    from graphcost.xla.extract import compiled_graph
+    from graphcost.xla.prepare import opcode_names
 
     layout = LayoutSpace(fn, tuple(args))
     default_exe = layout.compile({})
-    hlo = _hlo_graph(default_exe)
+    hlo = compiled_graph(default_exe, name)
     if kind == "options":
         return Tunable(name, layout, OptionConfigs(), hlo, [], default_exe)
     located = locate_points(layout, default_exe.as_text(), hlo.node_names,
-                            _opcode_names(hlo.node_opcode))
+                            opcode_names(hlo.node_opcode))
     layout.restrict(list(located))
     points = sorted({p for p, _ in layout.slots}, key=lambda p: located[p])
     if not points:

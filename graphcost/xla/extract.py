@@ -34,10 +34,20 @@ def compiled_hlo_module(fn: Callable, args: Sequence[Any],
     jax = _jax()
     lowered = jax.jit(fn).lower(*args)
     compiled = lowered.compile(compiler_options) if compiler_options else lowered.compile()
+    return module_bytes(compiled)
+
+
+def module_bytes(compiled: Any) -> bytes:
+    """The serialized optimized `HloModuleProto` of a compiled JAX executable."""
     modules = compiled.runtime_executable().hlo_modules()
     if not modules:
         raise RuntimeError("XLA returned an executable with no HLO module")
     return modules[0].as_serialized_hlo_module_proto()
+
+
+def compiled_graph(compiled: Any, source: str = "<jax executable>") -> HloGraph:
+    """Nodes, features and edges of a compiled JAX executable."""
+    return hlo_bytes_to_graph(module_bytes(compiled), source=source)
 
 
 def extract_hlo_graph(fn: Callable, args: Sequence[Any],

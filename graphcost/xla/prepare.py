@@ -20,6 +20,7 @@ from typing import Any
 import numpy as np
 
 from graphcost.formats.records import Graph, LayoutGraph, TileGraph
+from graphcost.xla.extract import compiled_graph
 from graphcost.xla.fingerprint import fingerprint
 from graphcost.xla.measure import ConfigResult, Protocol, error_line, time_executables
 
@@ -102,14 +103,8 @@ class MeasureReport:
 # ------------------------------------------------------------------ compiling
 
 
-def _hlo_graph(compiled):
-    from graphcost.formats.hlo import hlo_bytes_to_graph
-
-    module = compiled.runtime_executable().hlo_modules()[0]
-    return hlo_bytes_to_graph(module.as_serialized_hlo_module_proto())
-
-
-def _opcode_names(node_opcode: np.ndarray) -> list[str]:
+def opcode_names(node_opcode: np.ndarray) -> list[str]:
+    """The HLO opcode name of each node id ("" for ids with no name)."""
     from graphcost.formats.hlo import OPCODE_IDS
 
     names = {v: k for k, v in OPCODE_IDS.items()}
@@ -151,9 +146,9 @@ def prepare_layout(name: str, fn: Callable, args: Sequence[Any], mode: str = "ra
     kind = f"layout:{mode}"
     space = LayoutSpace(fn, tuple(args))
     default = space.compile({})
-    hlo = _hlo_graph(default)
+    hlo = compiled_graph(default)
     located = locate_points(space, default.as_text(), hlo.node_names,
-                            _opcode_names(hlo.node_opcode))
+                            opcode_names(hlo.node_opcode))
     space.restrict(list(located))
     points = sorted({p for p, _ in space.slots}, key=lambda p: located[p])
     plans = sample_layout_plans(space, distinct * ATTEMPTS_PER_DISTINCT, mode,
@@ -189,7 +184,7 @@ def prepare_options(name: str, fn: Callable, args: Sequence[Any], distinct: int 
     _compile_distinct(prep, configs, distinct, compile_one, option_features)
     if not prep.fingerprints or prep.failed and prep.failed[0][0] == 0:
         raise RuntimeError(f"{name}: the default options config did not compile")
-    prep.hlo = _hlo_arrays(_hlo_graph(prep.executables[prep.fingerprints[0]]))
+    prep.hlo = _hlo_arrays(compiled_graph(prep.executables[prep.fingerprints[0]]))
     return prep
 
 
