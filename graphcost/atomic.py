@@ -10,6 +10,8 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import IO, Any
 
+from graphcost.errors import UserError
+
 
 @contextmanager
 def atomic_open(path: str | Path, mode: str = "wb", **kwargs) -> Iterator[IO]:
@@ -19,8 +21,11 @@ def atomic_open(path: str | Path, mode: str = "wb", **kwargs) -> Iterator[IO]:
     gets the usual permissions (0666 less the umask), not mkstemp's private 0600.
     """
     path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".part")
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".part")
+    except OSError as e:  # name the user's path, not the temporary file's
+        raise UserError(f"{path}: cannot write here ({e.strerror or e})") from None
     try:
         with os.fdopen(fd, mode, **kwargs) as f:
             yield f
@@ -39,3 +44,26 @@ def write_json(obj: Any, path: str | Path) -> Path:
     with atomic_open(path, "w") as f:
         json.dump(obj, f, indent=1, default=float)
     return Path(path)
+
+
+def check_writable(path: str | Path, folder: bool = False) -> Path:
+    """Refuse an output path that cannot be written, before the long work that would
+    write it: it (a file, or with `folder` a folder) must be creatable or replaceable.
+    Tries a temporary file in the nearest existing folder, which also catches read-only
+    and pseudo file systems (/proc) that permission bits alone do not show."""
+    path = Path(path)
+    if path.exists() and path.is_dir() != folder:
+        what = "a folder" if path.is_dir() else "a file"
+        raise UserError(f"{path}: is {what}; expected {'a folder' if folder else 'a file'} "
+                        "to write")
+    parent = path if folder and path.exists() else path.parent
+    while not parent.exists():
+        parent = parent.parent
+    if not parent.is_dir():
+        raise UserError(f"{path}: cannot be created: {parent} is a file, not a folder")
+    try:
+        with tempfile.TemporaryFile(dir=parent):
+            pass
+    except OSError as e:
+        raise UserError(f"{path}: cannot write in {parent} ({e.strerror or e})") from None
+    return path

@@ -13,7 +13,8 @@ def _same(a, b):
     for k, v in vars(a).items():
         w = getattr(b, k)
         if isinstance(v, np.ndarray):
-            assert np.asarray(w).dtype == v.dtype, k
+            runtime = k in ("config_runtime", "config_runtime_normalizers")
+            assert np.asarray(w).dtype == (np.float64 if runtime else v.dtype), k
             np.testing.assert_array_equal(np.asarray(w), v, err_msg=k)
         else:
             assert w == v, k
@@ -92,3 +93,37 @@ def test_written_file_is_a_plain_npz(tmp_path, tile_graph):
         assert sorted(zf.namelist()) == sorted(f"{k}.npy" for k in raw_arrays(tile_graph))
     assert [p.name for p in tmp_path.iterdir() if p.name != "cache"] == ["x.npz"]
     assert path.stat().st_mode & 0o044 == 0o044  # readable by others: can be shipped
+
+
+def test_fractional_tile_runtimes_are_read_as_they_are(tmp_path, tile_graph):
+    """Tile runtimes are read as float64: never truncated to int64, whose values it holds
+    exactly (the published files store int64)."""
+    a = raw_arrays(tile_graph)
+    a["config_runtime"] = a["config_runtime"] + 0.75
+    a["config_runtime_normalizers"] = np.full_like(a["config_runtime"], a["config_runtime"][0])
+    np.savez(tmp_path / "f.npz", **a)
+    g = read_graph(tmp_path / "f.npz")
+    np.testing.assert_array_equal(g.config_runtime, a["config_runtime"])
+    assert g.target[0] == 1.0 and g.config_runtime.dtype == np.float64
+
+
+@pytest.mark.parametrize("runtime", ["zeros", "absent"])
+def test_files_to_rank_may_lack_runtimes(tmp_path, tile_graph, layout_graph, runtime):
+    """The published test split has no usable runtimes: `runtimes=False` reads such files
+    (absent runtimes read as NaN), the default refuses them naming the key."""
+    for g in (tile_graph, layout_graph):
+        a = raw_arrays(g)
+        for key in ("config_runtime", "config_runtime_normalizers"):
+            if key in a:
+                if runtime == "zeros":
+                    a[key] = np.zeros_like(a[key])
+                else:
+                    del a[key]
+        path = tmp_path / f"{g.kind}-{runtime}.npz"
+        np.savez(path, **a)
+        with pytest.raises(GraphFileError, match="config_runtime"):
+            read_graph(path)
+        ranked = read_graph(path, runtimes=False)
+        assert ranked.num_configs == g.num_configs
+        assert np.all(ranked.config_runtime == 0) if runtime == "zeros" else \
+            np.all(np.isnan(ranked.config_runtime))

@@ -1,19 +1,44 @@
 """The `graphcost` command: one thin module per command group over public functions.
 
 Every command imports its work inside its body, so `graphcost --help` loads neither
-torch nor JAX. The submodules define commands; this module only assembles them.
+torch nor JAX. The submodules define commands; this module assembles them and owns the
+one error path for users (`Main`).
 """
 
 from __future__ import annotations
 
+import os
+
 import click
 
 from graphcost.cli import autotune, bench, data, demo, measure, models
+from graphcost.errors import UserError
 
 
-@click.group()
+class UserFailure(click.ClickException):
+    """A user error as click prints it: `Error: <message>`, exit status 2."""
+
+    exit_code = 2
+
+
+class Main(click.Group):
+    """The command group that turns every `UserError` (bad file, folder, path, setting,
+    model) into one clean message and exit status 2, in one place rather than a
+    try/except per command. Any other exception is a bug and keeps its traceback."""
+
+    def invoke(self, ctx: click.Context):
+        try:
+            return super().invoke(ctx)
+        except UserError as e:
+            if ctx.params.get("debug") or os.environ.get("GRAPHCOST_DEBUG"):
+                raise
+            raise UserFailure(str(e)) from None
+
+
+@click.group(cls=Main)
 @click.version_option(package_name="graphcost")
-def main() -> None:
+@click.option("--debug", is_flag=True, help="Show the traceback of user errors too.")
+def main(debug: bool) -> None:
     """graphcost: a learned cost model for ML compilers."""
 
 

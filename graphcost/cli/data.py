@@ -23,6 +23,7 @@ def info(path: str | None, sample: bool) -> None:
     if sample or path is None:
         path = str(sample_root())
         click.echo(f"bundled sample: {path}")
+    groups = summarize(path)  # every file's headers read (and refused) before printing
     click.echo(f"{'collection / split':34} {'kind':7} {'graphs':>6} {'bytes':>10}  "
                f"{'nodes min/med/max':>22} {'edges min/med/max':>22} "
                f"{'configs min/med/max':>22} {'configurable':>18}")
@@ -30,7 +31,7 @@ def info(path: str | None, sample: bool) -> None:
     def mmm(st) -> str:
         return f"{st.min:.0f}/{st.median:.0f}/{st.max:.0f}"
 
-    for s in summarize(path):
+    for s in groups:
         click.echo(f"{s.name:34} {s.kind:7} {s.files:6d} {_fmt_bytes(s.bytes):>10}  "
                    f"{mmm(s.nodes):>22} {mmm(s.edges):>22} {mmm(s.configs):>22} "
                    f"{mmm(s.configurable):>18}")

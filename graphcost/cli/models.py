@@ -8,7 +8,19 @@ _device_option = click.option("--device", type=click.Choice(["cpu", "cuda"]), de
                               show_default=True)
 
 
-@click.command("train")
+class _TrainCommand(click.Command):
+    """`train --help` ends with every `--set` key, its default and meaning (read from the
+    settings dataclasses, imported only when help is asked for)."""
+
+    def format_epilog(self, ctx: click.Context, formatter: click.HelpFormatter) -> None:
+        from graphcost.train.settings import settings_help
+
+        for title, rows in settings_help().items():
+            with formatter.section(f"{title} (--set KEY=VALUE)"):
+                formatter.write_dl(rows)
+
+
+@click.command("train", cls=_TrainCommand)
 @click.argument("data", type=click.Path(exists=True))
 @click.option("--model", "model_name", default="ranker", show_default=True,
               help="ranker, or a baseline: sage-early, sage-late, mlp (tile), resgcn (layout)")
@@ -18,18 +30,21 @@ _device_option = click.option("--device", type=click.Choice(["cpu", "cuda"]), de
 @click.option("--seed", type=int, default=0, show_default=True)
 @click.option("--epochs", type=int, default=None)
 @click.option("--set", "sets", multiple=True, metavar="KEY=VALUE",
-              help="a training setting (lr, configs_per_graph, loss, …) or model setting "
-                   "(hidden, layers, prune_hops, …); repeatable")
+              help="a training or model setting, listed below; repeatable")
 @click.option("--nproc", type=click.IntRange(min=1), default=1, show_default=True,
               help="data-parallel processes on this machine (DDP via torchrun; with --device "
                    "cuda one per GPU); the global batch stays graphs_per_batch")
 def train_cmd(data: str, model_name: str, out_dir: str, resume: bool, device: str, seed: int,
               epochs: int | None, sets: tuple[str, ...], nproc: int) -> None:
     """Train a ranking model on a collection (its train split; valid for early stopping)."""
+    from graphcost.atomic import check_writable
     from graphcost.train.distributed import is_main_process, launch
     from graphcost.train.run import train_model
     from graphcost.train.settings import parse_settings
 
+    fixed = {"device": device, "seed": seed, **({} if epochs is None else {"epochs": epochs})}
+    settings, model_kw = parse_settings(sets, model_name, **fixed)  # refused before any work
+    check_writable(out_dir, folder=True)
     if nproc > 1:  # the same command in nproc processes, under torchrun
         args = ["train", data, "--model", model_name, "--out", out_dir, "--device", device,
                 "--seed", str(seed), *(["--resume"] if resume else []),
@@ -40,16 +55,10 @@ def train_cmd(data: str, model_name: str, out_dir: str, resume: bool, device: st
         except RuntimeError as e:
             raise click.ClickException(str(e)) from None
         raise SystemExit(code)
-    fixed = {"device": device, "seed": seed, **({} if epochs is None else {"epochs": epochs})}
-    try:
-        settings, model_kw = parse_settings(sets, **fixed)
-    except ValueError as e:
-        raise click.BadParameter(str(e), param_hint="--set") from None
-    try:
-        _, result = train_model(data, model_name, out_dir, settings, model_kw, resume)
-    except ValueError as e:  # bad settings, or over the memory budget: said before training
-        raise click.ClickException(str(e)) from None
+    _, result = train_model(data, model_name, out_dir, settings, model_kw, resume)
     if is_main_process():  # under torchrun: one summary, from rank 0
+        if result.get("early_stop") and not settings.progress:  # fit printed it otherwise
+            click.echo(result["early_stop"])
         click.echo(f"{result['collection']}: best epoch {result['best_epoch']} "
                    f"(score {result['best_score']:.4f}); model in {out_dir}")
 
@@ -57,16 +66,19 @@ def train_cmd(data: str, model_name: str, out_dir: str, resume: bool, device: st
 @click.command("evaluate")
 @click.argument("model", type=click.Path(exists=True, dir_okay=False))
 @click.argument("data", type=click.Path(exists=True))
-@click.option("--split", default="valid", show_default=True)
+@click.option("--split", default=None,
+              help="the split to score [default: test when it has runtimes, else valid]")
 @click.option("--max-configs", type=int, default=0, help="score a fixed subset per graph (0: all)")
 @click.option("--json", "json_path", type=click.Path(), default=None, help="also write JSON here")
 @_device_option
-def evaluate_cmd(model: str, data: str, split: str, max_configs: int, json_path: str | None,
-                 device: str) -> None:
+def evaluate_cmd(model: str, data: str, split: str | None, max_configs: int,
+                 json_path: str | None, device: str) -> None:
     """Metrics of a saved model on a split: per-graph table and means with 95% intervals."""
-    from graphcost.atomic import write_json
+    from graphcost.atomic import check_writable, write_json
     from graphcost.eval.evaluate import evaluate_model, format_report
 
+    if json_path:
+        check_writable(json_path)
     report = evaluate_model(model, data, split, max_configs=max_configs, device=device)
     click.echo(format_report(report))
     if json_path:
@@ -79,7 +91,7 @@ def evaluate_cmd(model: str, data: str, split: str, max_configs: int, json_path:
 @click.option("--top", type=int, default=0, help="print only the best N (0: all)")
 @_device_option
 def predict_cmd(model: str, graph: str, top: int, device: str) -> None:
-    """Rank the configs of one .npz: `rank index score`, fastest first."""
+    """Rank the configs of one .npz (runtimes not needed): `rank index score`, fastest first."""
     from graphcost.models.scorer import rank_file
 
     order, scores = rank_file(model, graph, device=device)
@@ -95,13 +107,11 @@ def predict_cmd(model: str, graph: str, top: int, device: str) -> None:
 @click.option("--split", default="test", show_default=True)
 @_device_option
 def submit_cmd(data: str, models: tuple[str, ...], out_path: str, split: str, device: str) -> None:
-    """Write a competition CSV ranking every graph of SPLIT of the named collections."""
+    """Write a competition CSV ranking every graph of SPLIT of the named collections
+    (their files need no runtimes); refused unless every graph gets a row."""
     from graphcost.eval.submit import make_submission, models_by_collection
 
-    try:
-        mapping = models_by_collection(models, data)
-    except ValueError as e:
-        raise click.BadParameter(str(e), param_hint="--model") from None
+    mapping = models_by_collection(models, data)
     out = make_submission(mapping, data, out_path, split=split, device=device)
     click.echo(f"wrote {out}")
 

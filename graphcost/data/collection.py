@@ -15,7 +15,9 @@ from pathlib import Path
 
 import numpy as np
 
+from graphcost.errors import CollectionError
 from graphcost.formats import Graph, GraphFileError, graph_kind, member_header, read_graph
+from graphcost.formats.records import LAYOUT_KEYS, NUM_NODE_FEATURES, TILE_KEYS
 
 SPLITS = ("train", "valid", "test")
 log = logging.getLogger("graphcost")
@@ -31,25 +33,28 @@ class Collection:
     @property
     def kind(self) -> str:
         """'tile' or 'layout', read from the first file's keys."""
+        first: GraphFileError | None = None
         for files in self.splits.values():
             for f in files:
                 try:
                     return graph_kind(f)
-                except GraphFileError:
-                    continue
-        raise GraphFileError(self.root, "<collection>", "at least one readable .npz file")
+                except GraphFileError as e:
+                    first = first or e
+        raise CollectionError(f"collection {self.name} at {self.root}: no readable .npz file "
+                              f"(first problem: {first})")
 
     def files(self, split: str) -> list[Path]:
         if split not in self.splits:
-            raise KeyError(f"collection {self.name} at {self.root} has no split '{split}'; "
-                           f"it has {sorted(self.splits)}")
+            raise CollectionError(f"collection {self.name} at {self.root} has no split "
+                                  f"'{split}'; it has {', '.join(sorted(self.splits))}")
         return self.splits[split]
 
-    def graphs(self, split: str, lazy: bool = True) -> Iterator[Graph]:
-        """Every readable graph of a split; bad files are logged, recorded and skipped."""
+    def graphs(self, split: str, lazy: bool = True, runtimes: bool = True) -> Iterator[Graph]:
+        """Every readable graph of a split; bad files are logged, recorded and skipped.
+        `runtimes=False` reads files to rank, whose runtimes may be absent or zero."""
         for path in self.files(split):
             try:
-                yield read_graph(path, lazy=lazy)
+                yield read_graph(path, lazy=lazy, runtimes=runtimes)
             except GraphFileError as e:
                 self.skipped.append(e)
                 log.warning("skipping bad file: %s", e)
@@ -79,7 +84,7 @@ def find_collections(root: str | Path) -> dict[str, Collection]:
     """
     root = Path(root)
     if not root.is_dir():
-        raise FileNotFoundError(f"{root}: not a directory")
+        raise CollectionError(f"{root}: not a directory")
     found: dict[str, Collection] = {}
     if root.name in SPLITS and _npz_files(root):  # one split of a collection, named directly
         name = _name_for(root.parent)
@@ -101,8 +106,11 @@ def open_collection(path: str | Path) -> Collection:
     """The one collection at or below `path` (error if none, or several: name one)."""
     found = find_collections(path)
     if len(found) != 1:
-        what = "none" if not found else ", ".join(sorted(found))
-        raise ValueError(f"{path}: expected exactly one collection, found {what}")
+        if not found:
+            raise CollectionError(f"{path}: no collection here (expected .npz files in it, "
+                                  "or in train/, valid/, test/ below it)")
+        raise CollectionError(f"{path}: expected one collection, found {len(found)}: "
+                              f"{', '.join(sorted(found))}; name one of their folders")
     return next(iter(found.values()))
 
 
@@ -118,10 +126,16 @@ class FileSummary:
 
 
 def summarize_file(path: str | Path) -> FileSummary:
-    """Sizes of one file from its array headers only: fast even for gigabyte files."""
+    """Sizes of one file from its array headers only: fast even for gigabyte files. A
+    file missing any key of its kind is refused (GraphFileError), as the reader would."""
     path = Path(path)
     kind = graph_kind(path)
-    nodes = member_header(path, "node_feat")[0][0]
+    for key in TILE_KEYS if kind == "tile" else LAYOUT_KEYS:
+        member_header(path, key)
+    feat = member_header(path, "node_feat")[0]
+    if len(feat) != 2 or feat[1] != NUM_NODE_FEATURES:
+        raise GraphFileError(path, "node_feat", f"shape (n, {NUM_NODE_FEATURES}), got {feat}")
+    nodes = feat[0]
     edges = member_header(path, "edge_index")[0]
     m = edges[0] if len(edges) == 2 else int(np.prod(edges)) // 2
     if kind == "tile":

@@ -1,5 +1,10 @@
 """De-duplication of identical configuration rows (DESIGN §1: they occur, with
-slightly different runtimes). Keeps the fastest of each group."""
+slightly different runtimes: repeated measurements of one configuration).
+
+A group of identical rows is kept as one row (its first) carrying the group's median
+runtime: the central value of the repeated measurements. Keeping the minimum, as
+this module once did, biased every duplicated config fast by the noise's lower tail.
+"""
 
 from __future__ import annotations
 
@@ -23,14 +28,16 @@ def _row_digests(graph: Graph) -> list[bytes]:
     return digests
 
 
-def dedup_configs(graph: Graph) -> tuple[np.ndarray, int]:
-    """Sorted ids of the configs to keep (the fastest of each identical group) and how
-    many were removed."""
-    runtime = np.asarray(graph.target, dtype=np.float64)
-    best: dict[bytes, int] = {}
+def dedup_configs(graph: Graph) -> tuple[np.ndarray, np.ndarray]:
+    """Sorted ids of the configs to keep (the first of each group of identical rows) and
+    the graph's target (runtime; tile: normalized runtime) as a new float64 array in
+    which each kept id holds its group's median. Removed: `num_configs - len(ids)`."""
+    target = np.array(graph.target, dtype=np.float64)
+    groups: dict[bytes, list[int]] = {}
     for i, d in enumerate(_row_digests(graph)):
-        j = best.get(d)
-        if j is None or runtime[i] < runtime[j]:
-            best[d] = i
-    keep = np.array(sorted(best.values()), dtype=np.int64)
-    return keep, graph.num_configs - keep.size
+        groups.setdefault(d, []).append(i)
+    keep = np.array(sorted(g[0] for g in groups.values()), dtype=np.int64)
+    for members in groups.values():
+        if len(members) > 1:
+            target[members[0]] = np.median(target[members])
+    return keep, target

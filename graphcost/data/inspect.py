@@ -11,6 +11,7 @@ from pathlib import Path
 import numpy as np
 
 from graphcost.data.collection import FileSummary, find_collections, summarize_file
+from graphcost.errors import CollectionError
 from graphcost.formats import GraphFileError, read_graph, validate_graph
 
 
@@ -44,7 +45,7 @@ def validate_paths(paths: Iterable[str | Path],
     """Every bad file among `paths` (files or folders), with its error."""
     files = expand_paths(paths)
     if not files:
-        raise FileNotFoundError(f"no .npz files in {[str(p) for p in paths]}")
+        raise CollectionError(f"no .npz files in {', '.join(map(str, paths))}")
     return [e for e in map(check_file, progress(files)) if e is not None]
 
 
@@ -83,8 +84,11 @@ def summarize_group(name: str, files: list[Path]) -> GroupSummary:
             rows.append(summarize_file(f))
         except GraphFileError as e:
             bad.append(e)
+    if len(files) == 1 and bad:
+        raise bad[0]  # one file: its own problem, not a summary of none
     if not rows:
-        raise GraphFileError(name, "<collection>", "at least one readable .npz file")
+        raise CollectionError(f"{name}: none of its {len(files)} .npz files is readable; "
+                              f"the first: {bad[0]}")
     kinds = sorted({r.kind for r in rows})
     return GroupSummary(
         name=name, kind="/".join(kinds), files=len(rows), bytes=sum(r.bytes for r in rows),
@@ -103,5 +107,5 @@ def summarize(path: str | Path) -> list[GroupSummary]:
         for split, files in coll.splits.items():
             groups.append(summarize_group(f"{name} {split}", files))
     if not groups:
-        raise FileNotFoundError(f"{path}: no .npz files found")
+        raise CollectionError(f"{path}: no .npz files found")
     return groups

@@ -7,22 +7,33 @@ from pathlib import Path
 import numpy as np
 
 from graphcost.data.collection import Collection, open_collection
+from graphcost.errors import CollectionError, UserError
 from graphcost.eval.metrics import evaluate_graphs
+from graphcost.formats import GraphFileError, read_graph
 from graphcost.models.model import Model, as_model
 from graphcost.models.scorer import score_graph
 
 
 def evaluate_model(model: Model | str | Path, data: str | Path | Collection,
-                   split: str = "valid",
+                   split: str | None = None,
                    max_configs: int = 0, chunk_size: int = 1024, device: str = "cpu") -> dict:
     """Metrics of a model on every graph of a split, with bootstrap 95% intervals.
 
+    `split=None` scores `test` when its files have runtimes, else `valid`
+    (`default_split`); the report's `notes` say which split was scored and why, and
+    warn when it is one that chose the model (valid: early stopping) or trained it.
     `max_configs` > 0 scores a fixed seeded subset of that many configs per graph (like
     the official eval indices); 0 scores every config. `data` may be a `Collection` with
     caller-chosen splits (a cross-validation fold's held-out files).
     """
     m = as_model(model, device)
     coll = data if isinstance(data, Collection) else open_collection(data)
+    notes: list[str] = []
+    if split is None:
+        split, why = default_split(coll)
+        notes.append(f"scored the {split} split ({why}; --split chooses another)")
+    if split in SPLIT_WARNINGS:
+        notes.append(f"warning: {SPLIT_WARNINGS[split]}")
     preds, runtimes = {}, {}
     for g in coll.graphs(split):
         ids = None
@@ -31,9 +42,38 @@ def evaluate_model(model: Model | str | Path, data: str | Path | Collection,
         preds[g.name] = score_graph(m, g, ids, chunk_size)
         target = np.asarray(g.target, dtype=np.float64)
         runtimes[g.name] = target if ids is None else target[ids]
+    if coll.skipped:
+        if not preds:
+            raise UserError(f"no graph of {coll.name} {split} can be scored; the first "
+                            f"problem: {coll.skipped[0]}")
+        notes.append(f"warning: {len(coll.skipped)} files left out, e.g. {coll.skipped[0]}")
     report = evaluate_graphs(coll.kind, preds, runtimes)
-    report.update(collection=coll.name, split=split, model=m.name)
+    report.update(collection=coll.name, split=split, model=m.name, notes=notes)
     return report
+
+
+#: splits whose scores overstate how the model does on new programs
+SPLIT_WARNINGS = {
+    "valid": "valid is the split early stopping chose the model on (graphcost train): "
+             "its scores are optimistic; test is held out",
+    "train": "train is the split the model was trained on: its scores are not held out",
+}
+
+
+def default_split(coll: Collection) -> tuple[str, str]:
+    """`test` when its first file has runtimes, else `valid`; and why."""
+    if "test" in coll.splits:
+        try:
+            read_graph(coll.files("test")[0])
+            return "test", "held out from training and model selection"
+        except GraphFileError as e:
+            reason = f"test has no usable runtimes ({e})"
+    else:
+        reason = "there is no test split"
+    if "valid" in coll.splits:
+        return "valid", reason
+    raise CollectionError(f"collection {coll.name} at {coll.root}: {reason}, and no valid "
+                          f"split; name one of {', '.join(coll.splits)} with --split")
 
 
 def format_report(report: dict) -> str:
@@ -45,6 +85,7 @@ def format_report(report: dict) -> str:
         lines.append(f"{name:<{width}} " + " ".join(
             f"{row[c]:>11d}" if c == "configs" else f"{row[c]:>11.4f}" for c in cols))
     lines.append("")
+    lines += report.get("notes", [])
     lines.append(f"{report.get('collection', '')} {report.get('split', '')} "
                  f"({len(report['graphs'])} graphs), mean [95% interval]:")
     for metric, v in report["summary"].items():

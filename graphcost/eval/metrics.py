@@ -28,6 +28,8 @@ def _check(pred: np.ndarray, runtime: np.ndarray) -> tuple[np.ndarray, np.ndarra
     runtime = np.asarray(runtime, dtype=np.float64).reshape(-1)
     if pred.shape != runtime.shape:
         raise ValueError(f"pred has {pred.size} values but runtime has {runtime.size}")
+    if not np.all(np.isfinite(pred)):  # NaNs have no order: τ and OPA would be wrong
+        raise ValueError("NaN or infinite predictions (a diverged model) cannot be scored")
     return pred, runtime
 
 
@@ -144,6 +146,10 @@ def evaluate_graphs(kind: str, preds: Mapping[str, np.ndarray],
     missing = sorted(set(runtimes) - set(preds))
     if missing:
         raise ValueError(f"no predictions for {len(missing)} graphs, e.g. {missing[:3]}")
+    for name in sorted(runtimes):
+        if not np.all(np.isfinite(np.asarray(preds[name], dtype=np.float64))):
+            raise ValueError(f"graph {name}: NaN or infinite predictions; a diverged model "
+                             "cannot be scored")
     rows = {name: graph_metrics(kind, preds[name], runtimes[name]) for name in sorted(runtimes)}
     return {"kind": kind, "graphs": rows, "summary": summarize(rows, n_boot, seed)}
 

@@ -14,11 +14,12 @@ from pathlib import Path
 import numpy as np
 
 from graphcost.atomic import atomic_open
+from graphcost.errors import UserError
 
 TILE_TOP = 5
 
 
-class SubmissionError(ValueError):
+class SubmissionError(UserError):
     """A submission row that breaks the format, naming the file, line and ID."""
 
 

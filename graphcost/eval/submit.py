@@ -5,7 +5,9 @@ from __future__ import annotations
 from collections.abc import Sequence
 from pathlib import Path
 
+from graphcost.atomic import check_writable
 from graphcost.data.collection import find_collections
+from graphcost.errors import UserError
 from graphcost.eval.submission import ranking_from_scores, submission_id, write_submission
 from graphcost.models.model import Model, as_model
 from graphcost.models.scorer import score_graph
@@ -15,21 +17,33 @@ def make_submission(models: dict[str, str | Path | Model], data: str | Path, out
                     split: str = "test", chunk_size: int = 1024, device: str = "cpu") -> Path:
     """Rank every graph of `split` of each named collection with its model → CSV.
 
-    `models` maps collection names (`tile:xla`, `layout:xla:random`, …) to models.
+    `models` maps collection names (`tile:xla`, `layout:xla:random`, …) to models. The
+    split's files need no runtimes (the published test split has none). `out` is checked
+    before any ranking, and no CSV is written unless every file of the split has a row:
+    an unreadable file is an error naming it, not a missing row.
     """
+    check_writable(out)
     found = find_collections(data)
     missing = sorted(set(models) - set(found))
     if missing:
-        raise ValueError(f"no collection {missing} under {data}; found {sorted(found)}")
+        raise UserError(f"no collection {', '.join(missing)} under {data}; found "
+                        f"{', '.join(sorted(found)) or 'none'}")
+    loaded = {name: as_model(model, device) for name, model in models.items()}
+    for name, m in loaded.items():  # every model checked before the first is run
+        found[name].files(split)
+        if m.kind != found[name].kind:
+            raise UserError(f"the model for {name} is a {m.kind} model; the collection is "
+                            f"{found[name].kind}")
     rows: dict[str, list[int]] = {}
-    for name, model in models.items():
-        m, coll = as_model(model, device), found[name]
-        if m.kind != coll.kind:
-            raise ValueError(f"model for {name} is a {m.kind} model, the collection is {coll.kind}")
-        for g in coll.graphs(split):
-            rows[submission_id(name, g.name)] = ranking_from_scores(coll.kind,
-                                                                    score_graph(m, g, None,
-                                                                                chunk_size))
+    for name, m in loaded.items():
+        coll = found[name]
+        for g in coll.graphs(split, runtimes=False):
+            scores = score_graph(m, g, None, chunk_size)
+            rows[submission_id(name, g.name)] = ranking_from_scores(coll.kind, scores)
+        if coll.skipped:
+            raise UserError(f"{len(coll.skipped)} of {len(coll.files(split))} files of {name} "
+                            f"{split} cannot be ranked, so the CSV would lack their rows; "
+                            f"the first: {coll.skipped[0]}")
     return write_submission(rows, out)
 
 
@@ -42,7 +56,8 @@ def models_by_collection(models: Sequence[str], data: str) -> dict[str, str]:
         if not sep:
             found = find_collections(data)
             if len(found) != 1:
-                raise ValueError(f"name the collection: one of {sorted(found)}")
+                raise UserError(f"name the collection of model {item}: COLLECTION=MODEL.pt, "
+                                f"COLLECTION one of {', '.join(sorted(found)) or 'none'}")
             name, path = next(iter(found)), item
         mapping[name] = path
     return mapping

@@ -4,8 +4,10 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from graphcost.errors import UserError
 
-class GraphFileError(ValueError):
+
+class GraphFileError(UserError):
     """A graph file that cannot be used, with where and why."""
 
     def __init__(self, path: str | Path, key: str, expected: str):

@@ -47,27 +47,41 @@ def graph_kind(path: str | Path) -> str:
                          f"(node_config_feat); the archive holds {sorted(names)}")
 
 
-def read_graph(path: str | Path, lazy: bool = True) -> Graph:
+def read_graph(path: str | Path, lazy: bool = True, runtimes: bool = True) -> Graph:
     """Read one `.npz` file, casting every dtype seen in the wild to the canonical ones.
 
     With `lazy`, a layout file's `node_config_feat` is a read-only memory map. Checks
     shapes and ranges (not NaNs in big arrays: `validate_graph(deep=True)` does that).
+    `runtimes=False` reads a file to be ranked, not scored: its runtimes may be absent
+    (read as NaN) or placeholders such as the zeros of the published test split.
     """
     path = Path(path)
     kind = graph_kind(path)
     keys = TILE_KEYS if kind == "tile" else LAYOUT_KEYS
     with _open_npz(path) as npz:
-        missing = [k for k in keys if k not in npz.files]
+        missing = [k for k in keys if k not in npz.files
+                   and (runtimes or k not in RUNTIME_KEYS)]
         if missing:
             expected = "every key of a " + kind + " file: " + ", ".join(keys)
             raise GraphFileError(path, missing[0], f"{expected} (missing)")
-        arrays = {k: _load_member(npz, path, k) for k in keys
-                  if not (kind == "layout" and lazy and k == "node_config_feat")}
+        arrays = {k: _load_member(npz, path, k) for k in keys if k in npz.files
+                  and not (kind == "layout" and lazy and k == "node_config_feat")}
     if kind == "layout" and lazy:
         arrays["node_config_feat"] = open_member_mmap(path, "node_config_feat")
+    for key in set(RUNTIME_KEYS) & set(keys) - set(arrays):  # runtimes=False only
+        arrays[key] = np.full(_num_configs(kind, arrays), np.nan)
     graph = _build(kind, path.stem, arrays, path)
-    validate_graph(graph, path, deep=False)
+    validate_graph(graph, path, deep=False, runtimes=runtimes)
     return graph
+
+
+#: what a file to be ranked (`read_graph(runtimes=False)`) may lack
+RUNTIME_KEYS = ("config_runtime", "config_runtime_normalizers")
+
+
+def _num_configs(kind: str, arrays: dict[str, np.ndarray]) -> int:
+    feat = arrays["config_feat" if kind == "tile" else "node_config_feat"]
+    return int(feat.shape[0]) if feat.ndim else 0
 
 
 def read_extra(path: str | Path) -> dict[str, np.ndarray]:
@@ -89,8 +103,11 @@ def _build(kind: str, name: str, a: dict[str, np.ndarray], path: Path) -> Graph:
         return TileGraph(
             **common,
             config_feat=_as(a["config_feat"], np.float32, path, "config_feat"),
-            config_runtime=_as(a["config_runtime"], np.int64, path, "config_runtime").reshape(-1),
-            config_runtime_normalizers=_as(a["config_runtime_normalizers"], np.int64, path,
+            # float64, not the published int64: measured runtimes may be fractional, and
+            # float64 holds every integer runtime below 2**53 ns exactly
+            config_runtime=_as(a["config_runtime"], np.float64, path,
+                               "config_runtime").reshape(-1),
+            config_runtime_normalizers=_as(a["config_runtime_normalizers"], np.float64, path,
                                            "config_runtime_normalizers").reshape(-1),
         )
     ncf = a["node_config_feat"]

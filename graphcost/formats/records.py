@@ -45,8 +45,8 @@ class TileGraph(_GraphBase):
     """One fused kernel with graph-level tile configurations."""
 
     config_feat: np.ndarray  # (c, 24) float32
-    config_runtime: np.ndarray  # (c,) int64 ns
-    config_runtime_normalizers: np.ndarray  # (c,) int64 ns
+    config_runtime: np.ndarray  # (c,) ns: int64 as published; read as float64 (not truncated)
+    config_runtime_normalizers: np.ndarray  # (c,) ns, as config_runtime
     kind: ClassVar[str] = "tile"
 
     @property

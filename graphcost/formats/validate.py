@@ -24,8 +24,10 @@ MAX_OPCODE = 255  # ids are stored as uint8 in the wild; DESIGN §3 uses 0..120
 _CHUNK_ELEMENTS = 1 << 24
 
 
-def validate_graph(g: Graph, path: str | Path, deep: bool = False) -> None:
-    """Raise `GraphFileError` on the first inconsistency of `g` (read from `path`)."""
+def validate_graph(g: Graph, path: str | Path, deep: bool = False,
+                   runtimes: bool = True) -> None:
+    """Raise `GraphFileError` on the first inconsistency of `g` (read from `path`);
+    `runtimes=False` checks only the shape of runtimes (a file to rank, not to score)."""
 
     def fail(key: str, expected: str) -> None:
         raise GraphFileError(path, key, expected)
@@ -48,18 +50,20 @@ def validate_graph(g: Graph, path: str | Path, deep: bool = False) -> None:
         fail("edge_index", f"node ids in 0..{n - 1} (the graph has {n} nodes), "
              f"got edge {bad.tolist()}")
     if isinstance(g, TileGraph):
-        _validate_tile(g, fail)
+        _validate_tile(g, fail, runtimes)
     else:
-        _validate_layout(g, n, fail)
+        _validate_layout(g, n, fail, runtimes)
     if deep:
         _finite(g.node_feat, "node_feat", fail)
         _finite(g.config_feat if isinstance(g, TileGraph) else g.node_config_feat,
                 "config_feat" if isinstance(g, TileGraph) else "node_config_feat", fail)
 
 
-def _validate_runtime(rt: np.ndarray, c: int, key: str, fail) -> None:
+def _validate_runtime(rt: np.ndarray, c: int, key: str, fail, runtimes: bool) -> None:
     if rt.shape != (c,):
         fail(key, f"shape ({c},), one runtime per config, got {rt.shape}")
+    if not runtimes:
+        return
     if not np.all(np.isfinite(rt)):
         bad = int(np.flatnonzero(~np.isfinite(rt))[0])
         fail(key, f"finite runtimes, got {rt[bad]} at config {bad}")
@@ -68,23 +72,24 @@ def _validate_runtime(rt: np.ndarray, c: int, key: str, fail) -> None:
              f"{int(np.flatnonzero(rt <= 0)[0])}")
 
 
-def _validate_tile(g: TileGraph, fail) -> None:
+def _validate_tile(g: TileGraph, fail, runtimes: bool) -> None:
     cf = g.config_feat
     if cf.ndim != 2 or cf.shape[1] != NUM_TILE_CONFIG_FEATURES:
         fail("config_feat", f"shape (c, {NUM_TILE_CONFIG_FEATURES}), got {cf.shape}")
     c = cf.shape[0]
     if c == 0:
         fail("config_feat", "at least one configuration, got 0")
-    _validate_runtime(g.config_runtime, c, "config_runtime", fail)
+    _validate_runtime(g.config_runtime, c, "config_runtime", fail, runtimes)
     norm = g.config_runtime_normalizers
     if norm.shape != (c,):
         fail("config_runtime_normalizers", f"shape ({c},), got {norm.shape}")
-    if np.any(norm <= 0):
+    if runtimes and not np.all(norm > 0):  # NaN fails too
+        bad = int(np.flatnonzero(~(norm > 0))[0])
         fail("config_runtime_normalizers", "positive normalizers (the default config's "
-             f"runtime), got {norm[norm <= 0][0]} at config {int(np.flatnonzero(norm <= 0)[0])}")
+             f"runtime), got {norm[bad]} at config {bad}")
 
 
-def _validate_layout(g: LayoutGraph, n: int, fail) -> None:
+def _validate_layout(g: LayoutGraph, n: int, fail, runtimes: bool) -> None:
     ids = g.node_config_ids
     if ids.ndim != 1:
         fail("node_config_ids", f"a 1-d array, got shape {ids.shape}")
@@ -98,7 +103,7 @@ def _validate_layout(g: LayoutGraph, n: int, fail) -> None:
     c = ncf.shape[0]
     if c == 0:
         fail("node_config_feat", "at least one configuration, got 0")
-    _validate_runtime(g.config_runtime, c, "config_runtime", fail)
+    _validate_runtime(g.config_runtime, c, "config_runtime", fail, runtimes)
     sp = g.node_splits
     if sp.size and (sp.min() < 0 or sp.max() > n):
         fail("node_splits", f"node ids in 0..{n}, got {sp.min()}..{sp.max()}")

@@ -9,6 +9,7 @@ node state per config it keeps a leading config axis, (C, N, d), and PyG layers
 
 from __future__ import annotations
 
+import logging
 from dataclasses import dataclass
 
 import numpy as np
@@ -20,7 +21,8 @@ from torch_geometric.utils import scatter
 from graphcost.data.features import repad_layout
 from graphcost.formats import Graph, TileGraph
 
-NUM_OPCODES = 128  # ids 0..120 are used (DESIGN §3); anything larger maps to 0
+NUM_OPCODES = 128  # ids 0..120 are used (DESIGN §3); anything larger maps to 0, with a warning
+log = logging.getLogger("graphcost")
 NODE_BUDGET = 1 << 19  # node states (× hidden size) one prediction pass may hold per tensor
 
 
@@ -61,7 +63,13 @@ def graph_tensors(graph: Graph, transform) -> GraphTensors:
     e = torch.as_tensor(graph.edge_index, dtype=torch.long).reshape(-1, 2).t()
     edge_index = torch.cat([e, e.flip(0)], dim=1)
     opcode = torch.as_tensor(graph.node_opcode, dtype=torch.long)
-    opcode = torch.where((opcode >= 0) & (opcode < NUM_OPCODES), opcode, 0)
+    unknown = (opcode < 0) | (opcode >= NUM_OPCODES)
+    if unknown.any():  # counted, not silent (DESIGN §3); they share the embedding of id 0
+        ids = sorted(set(opcode[unknown].tolist()))
+        log.warning("graph %s: %d nodes have opcode ids outside 0..%d (%s); they are read "
+                    "as id 0, unknown", graph.name, int(unknown.sum()), NUM_OPCODES - 1,
+                    ", ".join(map(str, ids[:5])) + (", …" if len(ids) > 5 else ""))
+        opcode = torch.where(unknown, 0, opcode)
     tile = isinstance(graph, TileGraph)
     at = np.zeros((0, 140), np.float32) if tile else repad_layout(
         graph.node_feat[graph.node_config_ids])

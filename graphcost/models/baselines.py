@@ -30,11 +30,11 @@ from graphcost.models.segments import split_segments
 
 @dataclass
 class SageSettings:
-    hidden: int = 64
-    opcode_dim: int = 32
-    layers: int = 3
+    hidden: int = 64  # node state size
+    opcode_dim: int = 32  # opcode embedding size
+    layers: int = 3  # message-passing layers
     join: str = "early"  # 'early': config onto every node; 'late': onto the pooled vector
-    dropout: float = 0.0
+    dropout: float = 0.0  # dropout probability in training
 
 
 class SageTile(RankingNet):
@@ -75,9 +75,9 @@ class SageTile(RankingNet):
 
 @dataclass
 class MLPSettings:
-    hidden: int = 64
-    opcode_dim: int = 32
-    dropout: float = 0.0
+    hidden: int = 64  # node state size
+    opcode_dim: int = 32  # opcode embedding size
+    dropout: float = 0.0  # dropout probability in training
 
 
 class MLPTile(RankingNet):
@@ -101,10 +101,10 @@ class MLPTile(RankingNet):
 
 @dataclass
 class ResGCNSettings:
-    hidden: int = 64
-    opcode_dim: int = 32
-    layers: int = 3
-    dropout: float = 0.0
+    hidden: int = 64  # node state size
+    opcode_dim: int = 32  # opcode embedding size
+    layers: int = 3  # message-passing layers
+    dropout: float = 0.0  # dropout probability in training
     segment_size: int = 0  # encode in segments of ~this many nodes (GST); 0: whole graph
     segment_halo: int = -1  # hops of context around a segment; −1: layers + 1 (exact states)
 

@@ -15,10 +15,11 @@ from typing import Any
 
 import torch
 
-from graphcost import __version__
+from graphcost import __version__, fields
 from graphcost.atomic import atomic_open
 from graphcost.data.features import FeatureTransform
 from graphcost.data.prune import PruneCache
+from graphcost.errors import SettingsError, UserError
 from graphcost.formats import Graph
 from graphcost.models.base import GraphTensors, RankingNet, graph_tensors
 from graphcost.models.baselines import (
@@ -52,6 +53,27 @@ MODELS: dict[str, ModelSpec] = {
 }
 
 
+#: value rules of model settings, for every model that has the setting
+MODEL_RULES: dict[str, fields.Rule] = {
+    "hidden": fields.AT_LEAST_1, "opcode_dim": fields.AT_LEAST_1, "layers": fields.AT_LEAST_1,
+    "dropout": fields.FRACTION, "prune_hops": fields.AT_LEAST_MINUS_1,
+    "attn_layers": fields.NON_NEGATIVE, "heads": fields.AT_LEAST_1,
+    "ref_configs": fields.AT_LEAST_1, "segment_size": fields.NON_NEGATIVE,
+    "segment_halo": fields.AT_LEAST_MINUS_1, "join": fields.one_of("early", "late"),
+}
+
+
+def model_setting_types(name: str | None = None) -> dict[str, str]:
+    """Setting name → type of model `name` (of every model when None), for `--set`."""
+    if name is not None and name not in MODELS:
+        raise SettingsError(f"unknown model '{name}'; known: {', '.join(MODELS)}")
+    out: dict[str, str] = {}
+    for n, spec in MODELS.items():
+        if name in (None, n):
+            out.update(fields.field_types(spec.settings))
+    return out
+
+
 def model_names(kind: str | None = None) -> list[str]:
     """Registered model names, optionally only those for one kind of collection."""
     return [n for n, s in MODELS.items() if kind is None or kind in s.kinds]
@@ -67,14 +89,20 @@ class Model:
     def __init__(self, name: str = "ranker", kind: str = "layout", settings: Any = None,
                  **overrides: Any):
         if name not in MODELS:
-            raise ValueError(f"unknown model '{name}'; known: {', '.join(MODELS)}")
+            raise SettingsError(f"unknown model '{name}'; known: {', '.join(MODELS)}")
         spec = MODELS[name]
         if kind not in spec.kinds:
-            raise ValueError(f"model '{name}' is for {'/'.join(spec.kinds)} collections, "
+            raise SettingsError(f"model '{name}' is for {'/'.join(spec.kinds)} collections, "
                              f"not {kind}")
         self.name, self.kind, self.spec = name, kind, spec
         base = settings if settings is not None else spec.settings(**spec.defaults)
-        self.settings = dataclasses.replace(base, **overrides)
+        self.settings = fields.build(spec.settings, overrides, base, what=f"{name} setting")
+        fields.check(self.settings, {k: r for k, r in MODEL_RULES.items()
+                                     if hasattr(self.settings, k)})
+        heads = getattr(self.settings, "heads", 1)
+        if getattr(self.settings, "attn_layers", 0) and self.settings.hidden % heads:
+            raise SettingsError(f"setting 'hidden' ({self.settings.hidden}) must be a "
+                                f"multiple of 'heads' ({heads})")
         self.transform: FeatureTransform | None = None
         self.net: RankingNet | None = None
         self._prune = PruneCache()
@@ -118,7 +146,11 @@ class Model:
     @classmethod
     def from_state(cls, state: dict, device: str | torch.device = "cpu") -> Model:
         if state.get("format") != FORMAT:
-            raise ValueError(f"not a graphcost model checkpoint (format {state.get('format')})")
+            raise UserError(f"not a graphcost model (format {state.get('format')!r}, "
+                            f"expected {FORMAT!r})")
+        if state.get("name") not in MODELS:
+            raise UserError(f"a model of unknown name {state.get('name')!r}; this graphcost "
+                            f"knows {', '.join(MODELS)}")
         spec = MODELS[state["name"]]
         model = cls(state["name"], state["kind"], spec.settings(**state["settings"]))
         model.build(FeatureTransform.from_dict(state["transform"]))
@@ -133,10 +165,14 @@ class Model:
 
     @classmethod
     def load(cls, path: str | Path, device: str | torch.device = "cpu") -> Model:
-        state = torch.load(Path(path), map_location="cpu", weights_only=False)
+        """A saved model (`model.pt`, `best.pt`) or the model inside a training `last.pt`."""
+        state = load_checkpoint(path)
         if "model" in state and "format" not in state:  # a training checkpoint
             state = state["model"]
-        return cls.from_state(state, device)
+        try:
+            return cls.from_state(state, device)
+        except UserError as e:
+            raise UserError(f"{path}: {e}") from None
 
 
 def atomic_save(obj: Any, path: str | Path) -> Path:
@@ -144,6 +180,32 @@ def atomic_save(obj: Any, path: str | Path) -> Path:
     with atomic_open(path) as f:
         torch.save(obj, f)
     return Path(path)
+
+
+def load_checkpoint(path: str | Path) -> dict:
+    """A checkpoint's contents, unpickled with `weights_only=True`: tensors and plain
+    Python values only, so a crafted file cannot run code. Every graphcost checkpoint
+    holds only those (settings as dicts, transforms as lists). A file that is not one,
+    or needs more than that to unpickle, is refused naming it."""
+    import pickle
+    import zipfile
+
+    if not Path(path).is_file():
+        raise UserError(f"{path}: no such model file")
+    if not zipfile.is_zipfile(path):  # torch.save's format since PyTorch 1.6
+        raise UserError(f"{path}: not a PyTorch checkpoint (expected the zip archive "
+                        "torch.save writes)")
+    try:
+        state = torch.load(Path(path), map_location="cpu", weights_only=True)
+    except pickle.UnpicklingError as e:
+        first = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
+        raise UserError(f"{path}: not a graphcost checkpoint that loads safely with "
+                        f"weights_only=True ({first})") from None
+    except (RuntimeError, EOFError, zipfile.BadZipFile, OSError) as e:
+        raise UserError(f"{path}: not a readable PyTorch checkpoint ({e})") from None
+    if not isinstance(state, dict):
+        raise UserError(f"{path}: not a graphcost checkpoint (a {type(state).__name__})")
+    return state
 
 
 def load_model(path: str | Path, device: str | torch.device = "cpu") -> Model:

@@ -54,13 +54,13 @@ from graphcost.models.segments import is_segmented, split_segments
 
 @dataclass
 class RankerSettings:
-    hidden: int = 64
-    opcode_dim: int = 32
+    hidden: int = 64  # node state size
+    opcode_dim: int = 32  # opcode embedding size
     layers: int = 3  # residual SAGE layers
-    dropout: float = 0.1
+    dropout: float = 0.1  # dropout probability in training
     prune_hops: int = 2  # layout: keep configurable nodes and k-hop neighbours; −1: keep all
     attn_layers: int = 1  # cross-config transformer blocks; 0 disables the attention
-    heads: int = 4
+    heads: int = 4  # attention heads; hidden must be a multiple
     ref_configs: int = 32  # reference set size at prediction (≈ configs per graph in training)
     segment_size: int = 0  # layout: encode in segments of ~this many nodes (GST); 0: whole graph
     segment_halo: int = -1  # hops of context around a segment; −1: `layers` (exact node states)

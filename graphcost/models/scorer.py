@@ -23,6 +23,7 @@ from pathlib import Path
 import numpy as np
 import torch
 
+from graphcost.errors import UserError
 from graphcost.formats import Graph, read_graph
 from graphcost.models.base import GraphTensors
 from graphcost.models.model import Model, as_model
@@ -65,7 +66,9 @@ class ConfigScorer:
         if ids.size == 0:
             return np.zeros(0, dtype=np.float32)
         with eval_mode(self.net):
-            return self.net.score_configs(gt, ids, self.chunk_size).numpy()
+            out = self.net.score_configs(gt, ids, self.chunk_size).numpy()
+        finite(out, gt.name, ids)
+        return out
 
     def rank(self) -> tuple[np.ndarray, np.ndarray]:
         """All config indices fastest first (ties by index) and their scores."""
@@ -91,7 +94,8 @@ class ConfigScorer:
             x = torch.from_numpy(transform.tile_config(raw) if self.model.kind == "tile"
                                  else raw)
             with eval_mode(self.net):
-                return (cached or self._candidate_fn(fresh=True))(x).numpy()
+                out = (cached or self._candidate_fn(fresh=True))(x).numpy()
+            return finite(out, self.tensors.name)
 
         return score
 
@@ -117,10 +121,24 @@ class ConfigScorer:
         return independent
 
 
+def finite(scores: np.ndarray, graph: str, ids: np.ndarray | None = None) -> np.ndarray:
+    """`scores`, refused when any is NaN or infinite: a diverged model must not rank
+    (NaNs sort anywhere) nor be scored (they crash OPA and skew τ) silently."""
+    bad = np.flatnonzero(~np.isfinite(scores))
+    if bad.size:
+        first = int(bad[0] if ids is None else ids[bad[0]])
+        raise UserError(f"graph {graph}: the model scores {bad.size} of {scores.size} configs "
+                        f"NaN or infinite (first: config {first}); its training diverged "
+                        "(retrain it, e.g. with a lower lr)")
+    return scores
+
+
 def rank_file(model: Model | str | Path, path: str | Path, chunk_size: int = 1024,
               device: str = "cpu") -> tuple[np.ndarray, np.ndarray]:
-    """Config indices of one `.npz` fastest first, and every config's score."""
-    return ConfigScorer(as_model(model, device), read_graph(path), chunk_size).rank()
+    """Config indices of one `.npz` fastest first, and every config's score (the file
+    needs no runtimes)."""
+    return ConfigScorer(as_model(model, device), read_graph(path, runtimes=False),
+                        chunk_size).rank()
 
 
 def score_graph(model: Model, graph: Graph | GraphTensors, ids: np.ndarray | None = None,

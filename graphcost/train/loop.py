@@ -28,7 +28,7 @@ from tqdm import tqdm
 
 from graphcost.data.features import FeatureTransform
 from graphcost.formats import Graph
-from graphcost.models.model import Model, atomic_save
+from graphcost.models.model import Model, atomic_save, load_checkpoint
 from graphcost.train import distributed
 from graphcost.train.checkpoint import BestSoFar, rng_state, seed_everything, set_rng_state
 from graphcost.train.optim import optimiser
@@ -51,7 +51,9 @@ def fit(model: Model, train_graphs: Sequence[Graph], valid_graphs: Sequence[Grap
         settings: TrainSettings | None = None, out_dir: str | Path | None = None,
         resume: bool = False) -> dict:
     """Train `model` on graphs; returns {'history', 'best_epoch', 'best_score', 'out_dir',
-    'stopped', 'before_head'} and what the strategy reports (GST: 'table_bytes').
+    'stopped', 'early_stop', 'before_head'} and what the strategy reports (GST:
+    'table_bytes'). `early_stop` says when and why early stopping ended the main phase
+    (None when it ran all its epochs).
 
     Leaves the best weights (by validation score; by train loss without validation
     graphs) in `model`. `before_head` holds the validation metrics of the best weights
@@ -69,7 +71,7 @@ def fit(model: Model, train_graphs: Sequence[Graph], valid_graphs: Sequence[Grap
 
     rng = seed_everything(s.seed)
     resuming = resume and last is not None and last.exists()
-    ckpt = torch.load(last, map_location="cpu", weights_only=False) if resuming else None
+    ckpt = load_checkpoint(last) if resuming else None
     ckpt = ctx.broadcast(ckpt)  # rank 0's last.pt restores every rank
     strategy = step_strategy(s)
     strategy.configure(model, s)
@@ -110,10 +112,14 @@ def fit(model: Model, train_graphs: Sequence[Graph], valid_graphs: Sequence[Grap
     if out is not None:  # drop lines of epochs that a killed run logged after its checkpoint
         (out / "metrics.jsonl").write_text("".join(json.dumps(h) + "\n" for h in history))
 
-    stopped, epoch = False, start
+    stopped, epoch, early = False, start, None
     try:
         while True:
             if main_end is None and (epoch > s.epochs or best.bad >= s.patience):
+                if epoch <= s.epochs:
+                    early = early_stop_reason(epoch - 1, s, best, bool(valid))
+                    if s.progress and ctx.is_main:
+                        tqdm.write(early)
                 if not step.head_epochs:
                     break
                 main_end = epoch - 1  # the head phase starts from the best weights
@@ -182,4 +188,13 @@ def fit(model: Model, train_graphs: Sequence[Graph], valid_graphs: Sequence[Grap
         best.restore(net)
         net.to(ctx.device)
     return {"history": history, "best_epoch": best.epoch, "best_score": best.score,
-            "out_dir": out, "stopped": stopped, "before_head": before_head, **closing}
+            "out_dir": out, "stopped": stopped, "early_stop": early,
+            "before_head": before_head, **closing}
+
+
+def early_stop_reason(last: int, s: TrainSettings, best: BestSoFar, valid: bool) -> str:
+    """Why the main phase ended after epoch `last` of `s.epochs`, for the user."""
+    what = "validation score" if valid else "train loss"
+    return (f"early stopping after epoch {last} of {s.epochs}: {best.bad} epochs without a "
+            f"better {what} than epoch {best.epoch}'s (patience={s.patience}); the model is "
+            f"epoch {best.epoch}'s")

@@ -14,13 +14,15 @@ from typing import Any
 
 import psutil
 
+from graphcost.errors import UserError
+
 # (C, N, d) float32 tensors alive at the peak of a full-graph step, per GNN layer and fixed
 # (input join, pooling, gradients); measured with `graphcost bench scale` (the ranker).
 TENSORS_PER_LAYER = 12
 TENSORS_FIXED = 8
 
 
-class MemoryBudgetError(ValueError):
+class MemoryBudgetError(UserError):
     """Full-graph training would not fit; the message says what to do instead."""
 
 

@@ -7,6 +7,7 @@ from typing import Any
 
 from graphcost.atomic import write_json
 from graphcost.data.collection import Collection, open_collection
+from graphcost.errors import CollectionError
 from graphcost.models.model import Model
 from graphcost.train.distributed import is_main_process
 from graphcost.train.loop import fit
@@ -17,7 +18,7 @@ def train_model(data: str | Path | Collection, model: str = "ranker",
                 out_dir: str | Path = "runs/model", settings: TrainSettings | None = None,
                 model_settings: dict[str, Any] | None = None,
                 resume: bool = False) -> tuple[Model, dict]:
-    """Train on a collection's `train` split (or its only split), validating on `valid`.
+    """Train on a collection's `train` split (refused without one), validating on `valid`.
 
     `data` is a collection folder, or a `Collection` whose splits are file lists chosen
     by the caller (cross-validation folds); then `run.json` also lists those files, since
@@ -28,7 +29,12 @@ def train_model(data: str | Path | Collection, model: str = "ranker",
     """
     given = isinstance(data, Collection)
     coll = data if given else open_collection(data)
-    train_split = "train" if "train" in coll.splits else next(iter(coll.splits))
+    if "train" not in coll.splits:  # never train on another split, which may be held out
+        raise CollectionError(f"collection {coll.name} at {coll.root} has no train split "
+                              f"(it has {', '.join(coll.splits)}); put the training files in "
+                              f"{coll.root / 'train'} (and validation files in "
+                              f"{coll.root / 'valid'})")
+    train_split = "train"
     valid = list(coll.graphs("valid", lazy=True)) if "valid" in coll.splits else None
     m = Model(model, coll.kind, **(model_settings or {}))
     main = is_main_process()  # under torchrun only rank 0 writes files

@@ -10,14 +10,18 @@ from graphcost.models.base import GraphTensors
 
 
 def train_config_ids(graph: Graph, dedup: bool, cap: int = 0,
-                     seed: int | tuple[int, int] = 0) -> np.ndarray:
-    """The configs of a train graph that steps sample from: duplicates dropped (keeping
-    the fastest) with `dedup`, and a fixed seeded subset of at most `cap` (0: no cap)."""
-    ids = dedup_configs(graph)[0] if dedup else np.arange(graph.num_configs)
+                     seed: int | tuple[int, int] = 0) -> tuple[np.ndarray, np.ndarray]:
+    """The configs of a train graph that steps sample from, and the target to train them
+    on: with `dedup`, one config per group of identical rows at the group's median
+    (`dedup_configs`); then a fixed seeded subset of at most `cap` (0: no cap)."""
+    if dedup:
+        ids, target = dedup_configs(graph)
+    else:
+        ids, target = np.arange(graph.num_configs), np.asarray(graph.target, np.float64)
     if cap and ids.size > cap:
         pick = np.random.default_rng(seed).choice(ids.size, cap, replace=False)
         ids = ids[np.sort(pick)]
-    return ids
+    return ids, target
 
 
 def sample_configs(rng: np.random.Generator, candidates: np.ndarray, runtime: np.ndarray,

@@ -37,6 +37,7 @@ import torch
 from torch import Tensor, nn
 from torch.utils.checkpoint import checkpoint
 
+from graphcost.errors import SettingsError, UserError
 from graphcost.formats import Graph
 from graphcost.models.base import GraphTensors, collate
 from graphcost.models.model import Model
@@ -102,10 +103,11 @@ class SegmentStep(Step):
     @staticmethod
     def configure(model: Model, s: TrainSettings) -> None:
         if model.kind != "layout":
-            raise ValueError("GST trains layout models (tile graphs are small: use mode=full)")
+            raise SettingsError("mode=gst trains layout models (tile graphs are small: use "
+                                "mode=full)")
         if not hasattr(model.settings, "segment_size") or not hasattr(model.spec.net,
                                                                        "encode_segment"):
-            raise ValueError(f"model '{model.name}' has no segment hooks; GST supports "
+            raise SettingsError(f"model '{model.name}' has no segment hooks; mode=gst supports "
                              "ranker and resgcn")
         model.settings = dataclasses.replace(model.settings, segment_size=s.segment_size)
 
@@ -117,12 +119,12 @@ class SegmentStep(Step):
         self.items: list[GstItem] = []
         for n, g in enumerate(graphs):
             gt = model.prepare(g)
-            ids = train_config_ids(g, s.dedup, s.gst_max_configs, (s.seed, n))
+            ids, gt.runtime = train_config_ids(g, s.dedup, s.gst_max_configs, (s.seed, n))
             if ids.size >= 2:
                 self.items.append(GstItem(gt, ids, split_segments(gt, s.segment_size,
                                                                   net.segment_halo)))
         if not self.items:
-            raise ValueError(NOTHING_TO_RANK)
+            raise UserError(NOTHING_TO_RANK)
         with torch.no_grad():
             probe = self.items[0].segments.encode(net, self.items[0].configs[:1], [0])
         self.tmp = None if out is not None else Path(tempfile.mkdtemp(prefix="gst-"))

@@ -2,37 +2,41 @@
 
 from __future__ import annotations
 
-import ast
 import dataclasses
 from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
+
+from graphcost import fields
+from graphcost.errors import SettingsError
+from graphcost.models.losses import parse_loss
+from graphcost.train.memory import memory_budget_bytes
 
 MODES = ("full", "gst")
 
 
 @dataclass
 class TrainSettings:
-    epochs: int = 30
+    epochs: int = 30  # most epochs of the main phase (early stopping may end it sooner)
     steps_per_epoch: int = 0  # 0: one pass over the train graphs per epoch
-    graphs_per_batch: int = 4
-    configs_per_graph: int = 32
+    graphs_per_batch: int = 4  # graphs per step (the global batch under DDP)
+    configs_per_graph: int = 32  # configs sampled per graph and step, ranked together
     fast_bias: float = 0.0  # > 0 samples fast configs more often (weight exp(−bias·rank/c))
-    dedup: bool = True  # drop duplicate configs from training (keep the fastest)
-    lr: float = 2e-3
+    dedup: bool = True  # train on one row per group of identical configs, at their median runtime
+    lr: float = 2e-3  # peak AdamW learning rate
     weight_decay: float = 1e-4  # on weight matrices only: never biases, norms, embeddings
-    warmup_steps: int = 20
-    min_lr_ratio: float = 0.05
-    grad_clip: float = 1.0
+    warmup_steps: int = 20  # steps of linear warm-up to lr
+    min_lr_ratio: float = 0.05  # cosine decay ends at lr × this
+    grad_clip: float = 1.0  # max gradient norm; 0: no clipping
     loss: str = ""  # '' = the model's default; or e.g. 'hinge:1,listmle:0.5'
-    margin: float = 0.1
+    margin: float = 0.1  # pairwise hinge loss margin
     valid_configs: int = 512  # fixed configs per validation graph
     patience: int = 10  # epochs without a better validation score before stopping
-    seed: int = 0
+    seed: int = 0  # seeds sampling, initialisation and dropout: a run is a function of it
     device: str = "cpu"  # 'cuda' trains with bfloat16 autocast
     chunk_size: int = 1024  # configs per forward pass when predicting
     stop_after_epoch: int = 0  # > 0: stop after this epoch as if killed (to test resume)
-    progress: bool = True
+    progress: bool = True  # progress bars and one line per epoch
     # 'full': back-propagate through whole graphs; 'gst': Graph Segment Training
     # (graphcost.train.segment_steps), a graph encoded as the sum of its segments
     mode: str = "full"
@@ -49,31 +53,78 @@ class TrainSettings:
 
     def check(self) -> None:
         """Refuse settings no run can use, naming the setting and what it must be."""
-        if self.mode not in MODES:
-            raise ValueError(f"mode must be one of {', '.join(MODES)}, got '{self.mode}'")
-        if not 0.0 <= self.stale_drop_p < 1.0:
-            raise ValueError(f"stale_drop_p must be in [0, 1), got {self.stale_drop_p}")
-        for name in ("epochs", "graphs_per_batch", "configs_per_graph"):
-            if getattr(self, name) < 1:
-                raise ValueError(f"{name} must be at least 1, got {getattr(self, name)}")
+        fields.check(self, TRAIN_RULES)
+        try:
+            parse_loss(self.loss or "hinge")
+        except ValueError as e:
+            raise SettingsError(f"setting 'loss': {e}") from None
 
 
-def parse_settings(pairs: Sequence[str], **fixed: Any) -> tuple[TrainSettings, dict[str, Any]]:
+TRAIN_RULES: dict[str, fields.Rule] = {
+    "epochs": fields.AT_LEAST_1, "steps_per_epoch": fields.NON_NEGATIVE,
+    "graphs_per_batch": fields.AT_LEAST_1, "configs_per_graph": fields.AT_LEAST_1,
+    "fast_bias": fields.NON_NEGATIVE, "lr": fields.POSITIVE,
+    "weight_decay": fields.NON_NEGATIVE, "warmup_steps": fields.NON_NEGATIVE,
+    "min_lr_ratio": fields.UNIT, "grad_clip": fields.NON_NEGATIVE,
+    "margin": fields.NON_NEGATIVE, "valid_configs": fields.AT_LEAST_1,
+    "patience": fields.AT_LEAST_1, "device": fields.one_of("cpu", "cuda"),
+    "chunk_size": fields.AT_LEAST_1, "stop_after_epoch": fields.NON_NEGATIVE,
+    "mode": fields.one_of(*MODES), "segment_size": fields.AT_LEAST_1,
+    "gst_fresh_segments": fields.NON_NEGATIVE, "stale_drop_p": fields.FRACTION,
+    "head_finetune_epochs": fields.NON_NEGATIVE, "gst_max_configs": fields.NON_NEGATIVE,
+    "memory_budget": (lambda v: _budget_ok(v), "a share like '75%', a size like '8G', or 'off'"),
+}
+
+
+def _budget_ok(spec: str) -> bool:
+    try:
+        memory_budget_bytes(spec)
+    except ValueError:
+        return False
+    return True
+
+
+def parse_settings(pairs: Sequence[str], model: str | None = None,
+                   **fixed: Any) -> tuple[TrainSettings, dict[str, Any]]:
     """`key=value` pairs → (TrainSettings, model settings), so that one `--set` option
     reaches both: a key naming a TrainSettings field is a training setting, any other a
-    model setting (the model checks it). A value is a Python literal where it parses as
-    one, else a string; `fixed` settings (device, seed, …) win. A ValueError names a
-    pair without `=`."""
-    train_fields = {f.name for f in dataclasses.fields(TrainSettings)}
-    train_kw: dict[str, Any] = {}
+    model setting. Training values are coerced to their fields' types and range-checked
+    here, before any work; model values are checked against `model`'s settings (any
+    model's, when None) and reach `Model` as text, which coerces them. `fixed` settings
+    (device, seed, …) win. A SettingsError names the bad pair, key or value."""
+    from graphcost.models.model import model_setting_types
+
+    model_keys = model_setting_types(model)
+    train_kw: dict[str, str] = {}
     model_kw: dict[str, Any] = {}
     for pair in pairs:
         key, sep, raw = pair.partition("=")
-        if not sep:
-            raise ValueError(f"expected key=value, got '{pair}'")
-        try:
-            value = ast.literal_eval(raw)
-        except (ValueError, SyntaxError):
-            value = raw
-        (train_kw if key in train_fields else model_kw)[key] = value
-    return TrainSettings(**{**train_kw, **fixed}), model_kw
+        key = key.strip()
+        if not sep or not key:
+            raise SettingsError(f"--set expects KEY=VALUE, got '{pair}'")
+        if key in TRAIN_FIELDS:
+            train_kw[key] = raw
+        elif key in model_keys:
+            model_kw[key] = fields.coerce(key, model_keys[key], raw)
+        else:
+            raise SettingsError(
+                f"unknown setting '{key}'; training settings: {', '.join(TRAIN_FIELDS)}; "
+                f"{model or 'model'} settings: {', '.join(model_keys)} "
+                "(graphcost train --help says what each means)")
+    settings = fields.build(TrainSettings, {**train_kw, **fixed}, what="training setting")
+    settings.check()
+    return settings, model_kw
+
+
+TRAIN_FIELDS = tuple(f.name for f in dataclasses.fields(TrainSettings))
+
+
+def settings_help() -> dict[str, list[tuple[str, str]]]:
+    """Every `--set` key with its default and meaning, by section: training settings,
+    then each model's settings (what `graphcost train --help` lists)."""
+    from graphcost.models.model import MODELS
+
+    sections = {"Training settings": fields.describe(TrainSettings)}
+    for name, spec in MODELS.items():
+        sections[f"Model settings of {name}"] = fields.describe(spec.settings(**spec.defaults))
+    return sections

@@ -23,6 +23,7 @@ import numpy as np
 import torch
 from torch import Tensor, nn
 
+from graphcost.errors import UserError
 from graphcost.formats import Graph
 from graphcost.models.base import collate
 from graphcost.models.losses import RankingLoss
@@ -32,7 +33,8 @@ from graphcost.train.memory import check_full_graph_memory
 from graphcost.train.sampling import sample_configs, train_config_ids
 from graphcost.train.settings import TrainSettings
 
-NOTHING_TO_RANK = "no train graph has two or more distinct configs to rank"
+NOTHING_TO_RANK = ("no train graph has two or more distinct configs to rank (a graph needs "
+                   "two configs with different features)")
 
 
 class Step(ABC):
@@ -91,11 +93,11 @@ class FullGraphStep(Step):
         self.items = []  # (graph tensors, candidate config ids)
         for g in graphs:
             gt = model.prepare(g)
-            ids = train_config_ids(g, s.dedup)
+            ids, gt.runtime = train_config_ids(g, s.dedup)
             if ids.size >= 2:
                 self.items.append((gt, ids))
         if not self.items:
-            raise ValueError(NOTHING_TO_RANK)
+            raise UserError(NOTHING_TO_RANK)
         check_full_graph_memory(model.settings, [gt.x.shape[0] for gt, _ in self.items],
                                 s.graphs_per_batch, s.configs_per_graph, s.memory_budget)
 
