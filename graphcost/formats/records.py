@@ -55,8 +55,10 @@ class TileGraph(_GraphBase):
 
     @property
     def target(self) -> np.ndarray:
-        """Runtime relative to the default config: the quantity tile metrics use."""
-        return self.config_runtime / self.config_runtime_normalizers
+        """Runtime relative to the default config: the quantity tile metrics use (NaN for
+        a file read without runtimes, `read_graph(runtimes=False)`)."""
+        with np.errstate(divide="ignore", invalid="ignore"):
+            return self.config_runtime / self.config_runtime_normalizers
 
 
 @dataclass
