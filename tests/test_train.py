@@ -1,5 +1,5 @@
+import dataclasses
 import json
-import time
 
 import numpy as np
 import pytest
@@ -7,6 +7,7 @@ import torch
 from click.testing import CliRunner
 
 from graphcost.cli import main
+from graphcost.data.simulator import make_simulated_layout_graph
 from graphcost.data.synthetic import make_layout_graph, write_collection
 from graphcost.eval.metrics import kendall_tau
 from graphcost.eval.submission import read_submission
@@ -24,24 +25,38 @@ def layout_split(seed: int, count: int, prefix: str):
             for i in range(count)]
 
 
-def held_out_tau(model: Model, graphs) -> float:
-    return float(np.mean([kendall_tau(score_graph(model, g), g.target) for g in graphs]))
+def simulated_split(seed: int, count: int, prefix: str):
+    rng = np.random.default_rng(seed)
+    return [make_simulated_layout_graph(rng, num_nodes=80, num_configs=48, name=f"{prefix}{i}")
+            for i in range(count)]
 
 
-def test_default_ranker_beats_random_and_the_layout_baseline():
-    train_graphs, valid, test = layout_split(0, 16, "tr"), layout_split(1, 3, "va"), \
-        layout_split(2, 8, "te")
-    s = TrainSettings(epochs=8, steps_per_epoch=15, progress=False, patience=100)
-    taus, seconds = {}, {}
-    for name in ("ranker", "resgcn"):
-        t0 = time.perf_counter()
-        model = Model(name, "layout")
-        fit(model, train_graphs, valid, s)
-        seconds[name] = time.perf_counter() - t0
-        taus[name] = held_out_tau(model, test)
-    print(f"held-out mean Kendall tau: {taus}, training seconds: {seconds}")
-    assert taus["ranker"] > 0.5
-    assert taus["ranker"] > taus["resgcn"] + 0.1
+def shuffled(graphs, seed: int):
+    """The same graphs with each graph's runtimes permuted: no signal left to learn."""
+    rng = np.random.default_rng(seed)
+    return [dataclasses.replace(g, config_runtime=rng.permutation(g.config_runtime))
+            for g in graphs]
+
+
+def test_ranker_learns_the_hidden_simulator_beyond_a_shuffled_label_control():
+    """On held-out programs whose runtimes come from a cost simulator over structure,
+    opcodes, shapes and layouts (no feature any model computes), the trained ranker
+    beats the same training on shuffled runtimes by a wide margin (measured: 0.54–0.64
+    against 0.01–0.06 mean τ). It replaces a ranker-vs-baseline test on the planted cost,
+    which is close to a feature the ranker computes by hand."""
+    train_graphs, valid, test = (simulated_split(0, 16, "tr"), simulated_split(1, 3, "va"),
+                                 simulated_split(2, 8, "te"))
+    s = TrainSettings(epochs=6, steps_per_epoch=12, progress=False, patience=100)
+    taus = {}
+    for name, tr, va in (("ranker", train_graphs, valid),
+                         ("control", shuffled(train_graphs, 5), shuffled(valid, 6))):
+        model = Model("ranker", "layout")
+        fit(model, tr, va, s)
+        taus[name] = [kendall_tau(score_graph(model, g), g.target) for g in test]
+    mean = {k: float(np.mean(v)) for k, v in taus.items()}
+    assert mean["ranker"] > 0.4, mean
+    assert mean["ranker"] > mean["control"] + 0.25, mean
+    assert sum(a > b for a, b in zip(taus["ranker"], taus["control"], strict=True)) >= 7
 
 
 def test_killed_and_resumed_run_matches_an_uninterrupted_one(tmp_path):
