@@ -169,3 +169,22 @@ def test_random_pick_score_is_the_mean_over_every_pick():
     every = [2 - r[list(c)].min() / r.min() for c in combinations(range(9), 5)]
     assert random_pick_score(r) == pytest.approx(np.mean(every))
     assert random_pick_score(r[:5]) == 1.0  # five configs: any pick holds the best
+
+
+def test_noise_ceiling_counts_each_executable_once(tmp_path):
+    from graphcost.data.noise import file_noise_tau, noise_ceiling
+    from graphcost.data.synthetic import make_layout_graph
+    from graphcost.eval.metrics import kendall_tau
+    from graphcost.formats.npz import write_graph
+
+    g = make_layout_graph(np.random.default_rng(0), 30, 6, name="g")
+    rounds = np.array([[1, 1.1], [2, 1.9], [3, 3.2], [3, 3.2], [4, 3.9], [5, 2.5]]) * 1e6
+    fp = np.array([1, 2, 3, 3, 4, 5])  # rows 2 and 3: one executable, listed twice
+    write_graph(tmp_path / "g.npz", g, extra={"config_fingerprint": fp,
+                                              "config_runtime_rounds": rounds})
+    distinct = rounds[[0, 1, 2, 4, 5]]
+    assert file_noise_tau(tmp_path / "g.npz") == kendall_tau(distinct[:, 0], distinct[:, 1])
+    write_graph(tmp_path / "plain.npz", g)  # published files keep no rounds
+    assert file_noise_tau(tmp_path / "plain.npz") is None
+    mean, low, high, n = noise_ceiling([tmp_path / "g.npz", tmp_path / "plain.npz"])
+    assert n == 1 and mean == low == high == file_noise_tau(tmp_path / "g.npz")

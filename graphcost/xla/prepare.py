@@ -80,14 +80,11 @@ class MeasureReport:
 
     def summary(self) -> dict[str, Any]:
         """A JSON-ready summary: counts, seconds, spread and the round-to-round τ."""
-        from graphcost.eval.metrics import kendall_tau
+        from graphcost.data.noise import rounds_tau
 
         ok = [t for t in self.timings.values() if t.ok]
         med = np.array([t.median_ns for t in ok])
-        noise = None
-        if len(ok) >= 2 and len(ok[0].rounds_ns) >= 2:
-            rounds = np.array([t.rounds_ns[:2] for t in ok])
-            noise = kendall_tau(rounds[:, 0], rounds[:, 1])
+        noise = rounds_tau(np.array([t.rounds_ns for t in ok])) if ok else None
         return {
             "name": self.name, "kind": self.kind, "sampled": self.sampled,
             "distinct": self.distinct, "timed": len(ok), "kept": self.kept,
