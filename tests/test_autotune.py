@@ -97,7 +97,7 @@ def test_search_small_space_is_exhaustive():
 @pytest.fixture(scope="module")
 def tiny_model():
     """A tiny layout ranker trained on two MLPs measured now (few configs and runs)."""
-    pytest.importorskip("jax")
+    pytest.importorskip("jax", reason="measuring needs JAX, the extra graphcost[xla]")
     from graphcost.train import TrainSettings, fit
     from graphcost.xla.measure import Protocol
     from graphcost.xla.prepare import measure_layout

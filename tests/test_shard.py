@@ -65,7 +65,7 @@ def _fake_run_pool(todo, worker_fn, spec_d, on_done, on_crash, *rest, **kwargs):
 @pytest.fixture
 def shards(tmp_path, monkeypatch):
     """Two shard folders made by `collect --shard` (measurement faked, the rest real)."""
-    pytest.importorskip("jax")  # manifests record the JAX version
+    pytest.importorskip("jax", reason="manifests record the JAX version: graphcost[xla]")
     tasks = planned()
     monkeypatch.setattr(collect_mod, "plan_tasks", lambda spec: list(tasks))
     monkeypatch.setattr(collect_mod, "run_pool", _fake_run_pool)
