@@ -35,8 +35,9 @@ def _reset_peak() -> None:
         pass
 
 
-def _peak_bytes() -> int:
-    """VmHWM since the last `_reset_peak`, from /proc for the same reason."""
+def peak_bytes() -> int:
+    """VmHWM (since the process started, or the last `_reset_peak`), from /proc for the
+    same reason."""
     with open("/proc/self/status") as f:
         for line in f:
             if line.startswith("VmHWM:"):
@@ -57,7 +58,7 @@ def measure(fn: Callable[[], object]) -> tuple[float, float, float]:
     result = fn()
     seconds = time.perf_counter() - t
     after = proc.memory_info()
-    peak = max(0, _peak_bytes() - before.rss) / 2**20
+    peak = max(0, peak_bytes() - before.rss) / 2**20
     # On Linux psutil's `shared` is the file-backed (and shmem) part of `rss`, so the rest
     # is anonymous memory (RssAnon); `uss` would also count the pages a memory map touched.
     private = max(0, (after.rss - after.shared) - (before.rss - before.shared)) / 2**20

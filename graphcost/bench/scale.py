@@ -19,7 +19,6 @@ is summarised by the exponent k of a least-squares fit  metric ∝ nodesᵏ.
 from __future__ import annotations
 
 import multiprocessing as mp
-import resource
 import shutil
 import tempfile
 import time
@@ -56,9 +55,12 @@ def measure(path: str | Path, mode: str, configs: int = 32, steps: int = 3,
             segment_size: int = 1000, memory_budget: str = "75%", threads: int = 0,
             seed: int = 0) -> dict:
     """Train on one graph for 2 epochs of `steps` steps; time the second (GST fills its
-    table in the first) and report the process's peak RSS."""
+    table in the first) and report the process's peak RSS: VmHWM, its own since it
+    started, not getrusage's ru_maxrss, which Linux carries over from the parent through
+    fork and exec (a spawned worker of a 1 GB parent reported 1 GB whatever it did)."""
     import torch
 
+    from graphcost.bench.io import peak_bytes
     from graphcost.formats import read_graph
     from graphcost.models.model import Model
     from graphcost.train import MemoryBudgetError, TrainSettings, fit
@@ -84,7 +86,7 @@ def measure(path: str | Path, mode: str, configs: int = 32, steps: int = 3,
     row.update(seconds_per_step=history[-1]["seconds"] / steps,
                first_epoch_s=history[0]["seconds"], total_s=time.perf_counter() - t0,
                nodes_trained=int(model.prepare(graph).x.shape[0]),
-               peak_rss_mb=resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024)
+               peak_rss_mb=peak_bytes() / 2**20)
     return row
 
 
