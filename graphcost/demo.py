@@ -21,6 +21,7 @@ from graphcost.atomic import write_json
 from graphcost.data.collection import Collection, find_collections, open_collection
 from graphcost.data.inspect import sample_root
 from graphcost.data.noise import noise_ceiling as split_noise_ceiling
+from graphcost.errors import UserError
 from graphcost.eval.evaluate import evaluate_model
 from graphcost.eval.report import (
     RunResult,
@@ -133,7 +134,8 @@ def report_run(run_dir: str | Path, out_dir: str | Path | None = None,
     if data is None:
         info = run / "run.json"
         if not info.exists():
-            raise FileNotFoundError(f"{info} not found: pass the data the run was trained on")
+            raise UserError(f"{info} not found: is {run} a training run? Pass the data it was "
+                            "trained on with --data")
         data = json.loads(info.read_text())["data"]
     coll = open_collection(data)
     if split not in coll.splits:

@@ -158,3 +158,11 @@ def test_the_installed_command_prints_no_traceback(work):
     assert p.returncode == 2
     assert "Traceback" not in p.stderr and "truncated.npz" in p.stderr
     assert len(p.stderr.strip().splitlines()) <= 2
+
+
+def test_report_extract_and_apply_refuse_bad_input(work, tmp_path):
+    refused(run("report", work / "empty"), "run.json not found", "--data")
+    refused(run("extract", "no_such_module_xyz:fn", tmp_path / "x.npz"),
+            "no_such_module_xyz:fn", "importable")
+    refused(run("extract", "no_such_module_xyz:fn", "/proc/x.npz"), "/proc/x.npz")
+    refused(run("apply", work / "text.npz", "mlp.000"), "text.npz", "autotune config")

@@ -14,6 +14,7 @@ from typing import Any
 
 import numpy as np
 
+from graphcost.errors import UserError
 from graphcost.xla.configs import LayoutPlan, LayoutSpace
 
 CONFIG_FORMAT = "graphcost-autotune/1"
@@ -34,11 +35,15 @@ def save_config(config: dict[str, Any], path: str | Path) -> Path:
 
 
 def load_config(path: str | Path) -> dict[str, Any]:
-    """Read a config `save_config` wrote; a ValueError for any other JSON."""
-    config = json.loads(Path(path).read_text())
-    if config.get("format") != CONFIG_FORMAT:
-        raise ValueError(f"{path}: not a graphcost autotune config "
-                         f"(format {config.get('format')!r})")
+    """Read a config `save_config` wrote; a UserError for any other file."""
+    try:
+        config = json.loads(Path(path).read_text())
+    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as e:
+        raise UserError(f"{path}: not a readable JSON autotune config ({e})") from None
+    if not isinstance(config, dict) or config.get("format") != CONFIG_FORMAT:
+        found = config.get("format") if isinstance(config, dict) else type(config).__name__
+        raise UserError(f"{path}: not a graphcost autotune config (format {found!r}, "
+                        f"expected {CONFIG_FORMAT!r})")
     return config
 
 

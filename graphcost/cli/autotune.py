@@ -56,9 +56,9 @@ def apply_cmd(config_path: str, spec: str) -> None:
     from graphcost.autotune.tune import load_target
     from graphcost.formats.errors import GraphFileError
 
+    config = load_config(config_path)  # a bad file: a UserError, exit 2
     try:
         name, fn, args = load_target(spec)
-        config = load_config(config_path)
         run = apply(fn, args, config)
     except (GraphFileError, ImportError, ValueError) as e:
         raise click.ClickException(str(e)) from None

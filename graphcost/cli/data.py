@@ -88,15 +88,17 @@ def convert(inputs: tuple[str, ...], out_dir: str, store: bool) -> None:
 @click.argument("out", type=click.Path(dir_okay=False))
 def extract(spec: str, out: str) -> None:
     """Compile a JAX program (FUNCTION returns (callable, example_args)) to a program graph."""
-    from graphcost.formats.errors import GraphFileError
+    from graphcost.atomic import check_writable
+    from graphcost.errors import UserError
     from graphcost.formats.npz import write_graph
     from graphcost.xla.extract import extract_jax, load_program
 
+    check_writable(out)
     try:
         fn, args = load_program(spec)
-        g = extract_jax(fn, args, name=spec.rpartition(":")[2])
-    except (GraphFileError, ImportError) as e:
-        raise click.ClickException(str(e)) from None
+    except ImportError as e:  # the user's module (a GraphFileError names a bad spec)
+        raise UserError(f"{spec}: cannot import it ({e})") from None
+    g = extract_jax(fn, args, name=spec.rpartition(":")[2])
     write_graph(out, g)
     click.echo(f"{out}: {g.num_nodes} nodes, {len(g.edge_index)} edges, "
                f"{len(g.node_splits)} computations (program graph: no measured configs)")

@@ -68,7 +68,8 @@ def train_cmd(data: str, model_name: str, out_dir: str, resume: bool, device: st
 @click.argument("data", type=click.Path(exists=True))
 @click.option("--split", default=None,
               help="the split to score [default: test when it has runtimes, else valid]")
-@click.option("--max-configs", type=int, default=0, help="score a fixed subset per graph (0: all)")
+@click.option("--max-configs", type=click.IntRange(min=0), default=0,
+              help="score a fixed subset per graph (0: all)")
 @click.option("--json", "json_path", type=click.Path(), default=None, help="also write JSON here")
 @_device_option
 def evaluate_cmd(model: str, data: str, split: str | None, max_configs: int,
@@ -88,7 +89,8 @@ def evaluate_cmd(model: str, data: str, split: str | None, max_configs: int,
 @click.command("predict")
 @click.argument("model", type=click.Path(exists=True, dir_okay=False))
 @click.argument("graph", type=click.Path(exists=True, dir_okay=False))
-@click.option("--top", type=int, default=0, help="print only the best N (0: all)")
+@click.option("--top", type=click.IntRange(min=0), default=0,
+              help="print only the best N (0: all)")
 @_device_option
 def predict_cmd(model: str, graph: str, top: int, device: str) -> None:
     """Rank the configs of one .npz (runtimes not needed): `rank index score`, fastest first."""
