@@ -140,3 +140,30 @@ def test_early_stopping_says_when_and_why(tile, tmp_path):
     assert "early stopping after epoch 3 of 10: 2 epochs without a better validation " \
            "score than epoch 1's (patience=2); the model is epoch 1's" in r.output
 
+
+
+def test_evaluate_scores_exactly_the_official_eval_indices(tile, tmp_path):
+    """`--eval-indices` (the official {graph: [config ids]} JSON) scores those configs
+    and no others; a graph the file lacks is an error, not a silently full graph."""
+    import json
+
+    from graphcost.models import score_graph
+
+    root, coll, model = tile
+    graph = next(open_collection(coll).graphs("valid"))
+    ids = [7, 0, 3, 11, 5]
+    (tmp_path / "idx.json").write_text(json.dumps({graph.name: ids}))
+    out = tmp_path / "eval.json"
+    r = CliRunner().invoke(main, ["evaluate", str(root / "model.pt"), str(coll), "--split",
+                                  "valid", "--eval-indices", str(tmp_path / "idx.json"),
+                                  "--json", str(out)])
+    assert r.exit_code == 0, r.output
+    row = json.loads(out.read_text())["graphs"][graph.name]
+    chosen = np.sort(ids)
+    assert row["configs"] == 5
+    assert row["kendall_tau"] == pytest.approx(
+        kendall_tau(score_graph(model, graph, chosen), graph.target[chosen]))
+    (tmp_path / "other.json").write_text(json.dumps({"another_graph": ids}))
+    r = CliRunner().invoke(main, ["evaluate", str(root / "model.pt"), str(coll), "--split",
+                                  "valid", "--eval-indices", str(tmp_path / "other.json")])
+    assert r.exit_code == 2 and f"graph {graph.name} has no entry" in r.output

@@ -70,17 +70,25 @@ def train_cmd(data: str, model_name: str, out_dir: str, resume: bool, device: st
               help="the split to score [default: test when it has runtimes, else valid]")
 @click.option("--max-configs", type=click.IntRange(min=0), default=0,
               help="score a fixed subset per graph (0: all)")
+@click.option("--eval-indices", type=click.Path(exists=True, dir_okay=False), default=None,
+              help="score only these configs: JSON {graph: [config ids]}, as the official "
+                   "baselines/layout/eval_indices/*.json (for the valid split)")
 @click.option("--json", "json_path", type=click.Path(), default=None, help="also write JSON here")
 @_device_option
 def evaluate_cmd(model: str, data: str, split: str | None, max_configs: int,
-                 json_path: str | None, device: str) -> None:
+                 eval_indices: str | None, json_path: str | None, device: str) -> None:
     """Metrics of a saved model on a split: per-graph table and means with 95% intervals."""
     from graphcost.atomic import check_writable, write_json
-    from graphcost.eval.evaluate import evaluate_model, format_report
+    from graphcost.eval.evaluate import evaluate_model, format_report, load_eval_indices
 
     if json_path:
         check_writable(json_path)
-    report = evaluate_model(model, data, split, max_configs=max_configs, device=device)
+    if eval_indices and max_configs:
+        raise click.UsageError("--eval-indices and --max-configs both choose the configs: "
+                               "give one")
+    indices = load_eval_indices(eval_indices) if eval_indices else None
+    report = evaluate_model(model, data, split, max_configs=max_configs, device=device,
+                            indices=indices)
     click.echo(format_report(report))
     if json_path:
         write_json(report, json_path)

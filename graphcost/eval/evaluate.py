@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import json
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 
 import numpy as np
@@ -15,16 +17,19 @@ from graphcost.models.scorer import score_graph
 
 
 def evaluate_model(model: Model | str | Path, data: str | Path | Collection,
-                   split: str | None = None,
-                   max_configs: int = 0, chunk_size: int = 1024, device: str = "cpu") -> dict:
+                   split: str | None = None, max_configs: int = 0, chunk_size: int = 1024,
+                   device: str = "cpu",
+                   indices: Mapping[str, Sequence[int]] | None = None) -> dict:
     """Metrics of a model on every graph of a split, with bootstrap 95% intervals.
 
     `split=None` scores `test` when its files have runtimes, else `valid`
     (`default_split`); the report's `notes` say which split was scored and why, and
     warn when it is one that chose the model (valid: early stopping) or trained it.
     `max_configs` > 0 scores a fixed seeded subset of that many configs per graph (like
-    the official eval indices); 0 scores every config. `data` may be a `Collection` with
-    caller-chosen splits (a cross-validation fold's held-out files).
+    the official eval indices); 0 scores every config. `indices` ({graph: config ids},
+    as the official `eval_indices/*.json`, `load_eval_indices`) scores exactly those
+    configs of each graph; a graph it lacks is an error. `data` may be a `Collection`
+    with caller-chosen splits (a cross-validation fold's held-out files).
     """
     m = as_model(model, device)
     coll = data if isinstance(data, Collection) else open_collection(data)
@@ -37,7 +42,9 @@ def evaluate_model(model: Model | str | Path, data: str | Path | Collection,
     preds, runtimes = {}, {}
     for g in coll.graphs(split):
         ids = None
-        if max_configs and g.num_configs > max_configs:
+        if indices is not None:
+            ids = _graph_indices(indices, g.name, g.num_configs)
+        elif max_configs and g.num_configs > max_configs:
             ids = np.sort(np.random.default_rng(0).choice(g.num_configs, max_configs, False))
         preds[g.name] = score_graph(m, g, ids, chunk_size)
         target = np.asarray(g.target, dtype=np.float64)
@@ -50,6 +57,30 @@ def evaluate_model(model: Model | str | Path, data: str | Path | Collection,
     report = evaluate_graphs(coll.kind, preds, runtimes)
     report.update(collection=coll.name, split=split, model=m.name, notes=notes)
     return report
+
+
+def load_eval_indices(path: str | Path) -> dict[str, np.ndarray]:
+    """The official per-graph config subsets (`baselines/layout/eval_indices/*.json` of
+    TpuGraphs: {graph name: [config ids]}), checked."""
+    try:
+        raw = json.loads(Path(path).read_text())
+    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as e:
+        raise UserError(f"{path}: not a readable JSON file ({e})") from None
+    if not isinstance(raw, dict) or not all(
+            isinstance(v, list) and all(isinstance(i, int) for i in v) for v in raw.values()):
+        raise UserError(f"{path}: expected a JSON object of graph name -> list of config ids")
+    return {name: np.asarray(ids, dtype=np.int64) for name, ids in raw.items()}
+
+
+def _graph_indices(indices: Mapping[str, Sequence[int]], name: str, configs: int) -> np.ndarray:
+    if name not in indices:
+        raise UserError(f"graph {name} has no entry in the eval indices (they name "
+                        f"{len(indices)} graphs); use them with the split they were made for")
+    ids = np.unique(np.asarray(indices[name], dtype=np.int64))
+    if ids.size and (ids[0] < 0 or ids[-1] >= configs):
+        raise UserError(f"graph {name}: eval indices must be in 0..{configs - 1}, got "
+                        f"{ids[0]}..{ids[-1]}")
+    return ids
 
 
 #: splits whose scores overstate how the model does on new programs
