@@ -3,13 +3,19 @@
 Layout (as TpuGraphs layout). The program is traced once to a jaxpr and re-evaluated
 with layout constraints, so any JAX function works unchanged. Configurable nodes are
 the program's parameters (their layout is set with `jit(in_shardings=Format(Layout))`)
-and every `dot_general` / `conv_general_dilated` at the top level (jit calls inlined;
-bodies of scan/while/cond are left alone): its lhs, rhs and result go through
-`with_layout_constraint`, which XLA sees as a `LayoutConstraint` custom-call. Each dot
-is bound under a named scope `gcpN`, so the instruction it becomes is found again in the
-compiled module by its `op_name` metadata. A node's 18 features are its output layout
-(0-5), input (lhs) layout (6-11) and kernel (rhs) layout (12-17), each minor-to-major
-padded with -1; all -1 is the compiler's default. Only tensors of rank 2..6 are set.
+and every `dot_general` / `conv_general_dilated` / `transpose` / `reduce_sum` /
+`reduce_max` at the top level (jit calls inlined; bodies of scan/while/cond are left
+alone): its operands and result go through `with_layout_constraint`, which XLA sees as
+a `LayoutConstraint` custom-call. These are the operations whose kernel changes with
+layout (a reduction over the minor dimension streams, over a major one strides; a
+transpose whose layouts agree becomes a free bitcast). Each point is bound under a
+named scope `gcpN`, so the instruction it becomes is found again in the compiled module
+by its `op_name` metadata. A node's 18 features are its output layout (0-5), input
+(lhs, or the only operand) layout (6-11) and kernel (rhs) layout (12-17), each
+minor-to-major padded with -1; all -1 is the compiler's default. Only tensors of rank
+2..6 are set, and at most `max_slots` of them (the largest tensors): every non-default
+layout costs a copy kernel, and each kernel costs compile time (on XLA:CPU about 20 ms;
+a random plan over 101 slots of a transformer took 3.2 s to compile, its default 0.3 s).
 
 Compiler options (graph-level, as tile). `OPTION_KNOBS` lists options seen to change
 CPU runtime; each knob's first choice is "leave it unset". `option_features` encodes a
@@ -30,8 +36,11 @@ import numpy as np
 from graphcost.formats.records import NUM_LAYOUT_CONFIG_FEATURES, NUM_TILE_CONFIG_FEATURES
 
 MAX_RANK = 6
+MAX_SLOTS = 48  # slots per layout space, the largest tensors first
 ROLES = ("out", "in", "kernel")  # feature blocks 0-5, 6-11, 12-17
-POINT_PRIMITIVES = {"dot_general": "dot", "conv_general_dilated": "convolution"}
+POINT_PRIMITIVES = {"dot_general": "dot", "conv_general_dilated": "convolution",
+                    "transpose": "transpose", "reduce_sum": "reduce", "reduce_max": "reduce"}
+_OPERAND_ROLES = ("in", "kernel")  # operand i of a point primitive has role i
 _INLINED = {"pjit", "jit", "closed_call", "core_call"}
 
 #: slot -> major-to-minor order; a slot missing from the plan keeps the compiler default.
@@ -43,11 +52,14 @@ LayoutPlan = dict[tuple[int, str], tuple[int, ...]]
 
 @dataclass
 class Point:
-    """A configurable place: a parameter (role `out` only) or a dot/convolution."""
+    """A configurable place: a parameter (role `out` only), a dot/convolution (`out`,
+    `in`, `kernel`) or a transpose/reduction (`out`, `in`)."""
 
-    kind: str  # "parameter", "dot" or "convolution"
+    kind: str  # "parameter", "dot", "convolution", "transpose" or "reduce"
     index: int  # parameter number, or the N of the scope `gcpN`
     ranks: dict[str, int]  # role -> rank of that tensor
+    values: dict[str, int] = field(default_factory=dict)  # role -> id of its tensor value
+    sizes: dict[str, int] = field(default_factory=dict)  # role -> elements of that tensor
 
     @property
     def tag(self) -> str:
@@ -60,6 +72,7 @@ class LayoutSpace:
 
     fn: Callable
     args: tuple
+    max_slots: int = MAX_SLOTS
     leaves: list = field(init=False)
     points: list[Point] = field(init=False)
     slots: list[tuple[int, str]] = field(init=False)  # (point, role) that can be set
@@ -71,11 +84,17 @@ class LayoutSpace:
         closed = jax.make_jaxpr(lambda *xs: self.fn(*jax.tree.unflatten(self._in_tree, xs)))(
             *self.leaves)
         self._closed = closed
-        self.points = [Point("parameter", i, {"out": np.ndim(x)})
-                       for i, x in enumerate(self.leaves)]
-        self.points += _find_points(closed.jaxpr)
-        self.slots = [(p, r) for p, pt in enumerate(self.points)
-                      for r, rank in pt.ranks.items() if 2 <= rank <= MAX_RANK]
+        ids: dict = {}
+        self.points = [Point("parameter", i, {"out": np.ndim(x)}, {"out": _value_id(ids, (0, v))},
+                             {"out": int(np.size(x))})
+                       for i, (x, v) in enumerate(zip(self.leaves, closed.jaxpr.invars,
+                                                      strict=True))]
+        self.points += _find_points(closed.jaxpr, ids, [], 0, {}, [0])
+        slots = [(p, r) for p, pt in enumerate(self.points)
+                 for r, rank in pt.ranks.items() if 2 <= rank <= MAX_RANK]
+        biggest = sorted(slots, key=lambda s: -self.points[s[0]].sizes.get(s[1], 0))
+        keep = set(biggest[:self.max_slots])
+        self.slots = [s for s in slots if s in keep]
 
     def restrict(self, points: Sequence[int]) -> None:
         """Keep only the slots of these points (those found in the compiled module)."""
@@ -84,6 +103,10 @@ class LayoutSpace:
 
     def rank(self, slot: tuple[int, str]) -> int:
         return self.points[slot[0]].ranks[slot[1]]
+
+    def value(self, slot: tuple[int, str]) -> int | None:
+        """The id of the tensor value a slot constrains (slots of one value share it)."""
+        return self.points[slot[0]].values.get(slot[1])
 
     def function(self, plan: LayoutPlan) -> Callable:
         """The program over flat arguments, with the plan's intermediate constraints."""
@@ -129,16 +152,41 @@ class LayoutSpace:
         return out
 
 
-def _find_points(jaxpr, found: list[Point] | None = None) -> list[Point]:
-    found = [] if found is None else found
+def _value_id(ids: dict, key: tuple) -> int:
+    return ids.setdefault(key, len(ids))
+
+
+def _find_points(jaxpr, ids: dict, found: list[Point], scope: int, alias: dict,
+                 scopes: list[int]) -> list[Point]:
+    """The point primitives of `jaxpr` (jit calls inlined), each with the ids of the tensor
+    values its roles constrain. A value is keyed by (call scope, var); a call's inputs and
+    outputs are aliased to the caller's values, so one tensor has one id."""
+    import jax.extend.core as jcore
+
+    def key(v, sc: int) -> tuple | None:
+        return None if isinstance(v, jcore.Literal) else alias.get((sc, v), (sc, v))
+
     for eqn in jaxpr.eqns:
         name = eqn.primitive.name
         if name in _INLINED and "jaxpr" in eqn.params:
-            _find_points(_inner(eqn.params["jaxpr"]), found)
+            inner = _inner(eqn.params["jaxpr"])
+            scopes[0] += 1
+            sub = scopes[0]
+            for iv, ov in zip(inner.invars, eqn.invars, strict=False):
+                if (k := key(ov, scope)) is not None:
+                    alias[(sub, iv)] = k
+            _find_points(inner, ids, found, sub, alias, scopes)
+            for iv, ov in zip(inner.outvars, eqn.outvars, strict=False):
+                if (k := key(iv, sub)) is not None:
+                    alias[(scope, ov)] = k
         elif name in POINT_PRIMITIVES:
-            ranks = {"in": len(eqn.invars[0].aval.shape), "kernel": len(eqn.invars[1].aval.shape),
-                     "out": len(eqn.outvars[0].aval.shape)}
-            found.append(Point(POINT_PRIMITIVES[name], len(found), ranks))
+            ranks = {role: len(v.aval.shape) for role, v in zip(_OPERAND_ROLES, eqn.invars,
+                                                                strict=False)}
+            ranks["out"] = len(eqn.outvars[0].aval.shape)
+            roles = [*zip(_OPERAND_ROLES, eqn.invars, strict=False), ("out", eqn.outvars[0])]
+            values = {r: _value_id(ids, k) for r, v in roles if (k := key(v, scope)) is not None}
+            sizes = {r: int(np.prod(v.aval.shape)) for r, v in roles}
+            found.append(Point(POINT_PRIMITIVES[name], len(found), ranks, values, sizes))
     return found
 
 
@@ -147,7 +195,7 @@ def _inner(j):
 
 
 def _evaluate(jaxpr, consts, args, dots: dict, counter: list[int]) -> list:
-    """Evaluate a jaxpr, constraining dot/conv operands and results as `dots` says."""
+    """Evaluate a jaxpr, constraining point operands and results as `dots` says."""
     import jax
     import jax.extend.core as jcore
     from jax.experimental.layout import Layout, with_layout_constraint
@@ -171,7 +219,8 @@ def _evaluate(jaxpr, consts, args, dots: dict, counter: list[int]) -> list:
         elif name in POINT_PRIMITIVES:
             k = counter[0]
             counter[0] += 1
-            vals[0], vals[1] = constrain(vals[0], (k, "in")), constrain(vals[1], (k, "kernel"))
+            vals = [constrain(v, (k, role)) for v, role in zip(vals, _OPERAND_ROLES,
+                                                               strict=False)] + vals[2:]
             with jax.named_scope(f"gcp{k}"):
                 outs = [constrain(eqn.primitive.bind(*vals, **eqn.params), (k, "out"))]
         else:
@@ -185,15 +234,18 @@ def _evaluate(jaxpr, consts, args, dots: dict, counter: list[int]) -> list:
 
 _INSTRUCTION = re.compile(r'^\s*(?:ROOT\s+)?%?([^\s=]+) = .*?metadata=\{op_name="([^"]*)"', re.M)
 _PARAMETER = re.compile(r"^\s*(?:ROOT\s+)?%?([^\s=]+) = .* parameter\((\d+)\)", re.M)
-_PREFERRED_OPCODES = ("dot", "convolution", "custom-call", "fusion")
+_PREFERRED_OPCODES = {"dot": ("dot", "convolution", "custom-call", "fusion"),
+                      "transpose": ("transpose", "copy", "fusion", "custom-call"),
+                      "reduce": ("reduce", "fusion", "custom-call")}
 
 
 def locate_points(space: LayoutSpace, hlo_text: str, node_names: Sequence[str],
                   node_opcodes: Sequence[str]) -> dict[int, int]:
     """Point -> node id in the compiled module (points not found are left out).
 
-    Parameters are the entry computation's `parameter(k)`; a dot/conv is the instruction
-    whose `op_name` carries its scope, preferring a real dot/convolution node.
+    Parameters are the entry computation's `parameter(k)`; another point is the
+    instruction whose `op_name` carries its scope, preferring a node of its own opcode
+    (a real dot/convolution/transpose/reduce) over the fusion or custom-call holding it.
     """
     node_of = {n: i for i, n in enumerate(node_names)}
     entry = hlo_text[hlo_text.rfind("\nENTRY "):] if "\nENTRY " in hlo_text else hlo_text
@@ -211,7 +263,7 @@ def locate_points(space: LayoutSpace, hlo_text: str, node_names: Sequence[str],
             node = params.get(pt.index)
         else:
             cands = sorted(tagged.get(pt.tag, []))
-            ranked = sorted(cands, key=lambda i: _opcode_rank(node_opcodes[i]))
+            ranked = sorted(cands, key=lambda i: _opcode_rank(node_opcodes[i], pt.kind))
             node = next((i for i in ranked if i not in used), None)
         if node is not None and node not in used:
             found[p] = node
@@ -219,15 +271,17 @@ def locate_points(space: LayoutSpace, hlo_text: str, node_names: Sequence[str],
     return found
 
 
-def _opcode_rank(opcode: str) -> int:
-    return _PREFERRED_OPCODES.index(opcode) if opcode in _PREFERRED_OPCODES else 99
+def _opcode_rank(opcode: str, kind: str) -> int:
+    preferred = _PREFERRED_OPCODES.get(kind, _PREFERRED_OPCODES["dot"])
+    return preferred.index(opcode) if opcode in preferred else 99
 
 
 def sample_layout_plans(space: LayoutSpace, count: int, mode: str,
                         rng: np.random.Generator) -> list[LayoutPlan]:
     """`count` distinct plans, the default (empty) plan first.
 
-    `random`: every slot gets a uniformly random permutation. `default`: the default
+    `random`: every tensor value with a slot gets a uniformly random permutation, set at
+    each of its slots (a parameter feeding a dot is one value). `default`: the default
     plan plus 1-3 local moves (set one slot to row-major with two adjacent dims swapped,
     or swap two adjacent dims of a slot already set).
     """
@@ -252,7 +306,18 @@ def _key(plan: LayoutPlan) -> tuple:
 
 
 def _random_plan(space: LayoutSpace, rng: np.random.Generator) -> LayoutPlan:
-    return {s: tuple(int(i) for i in rng.permutation(space.rank(s))) for s in space.slots}
+    """A random permutation per tensor value, used by every slot that constrains it (two
+    different constraints on one value would only add a copy, and a compile-time kernel)."""
+    plan: LayoutPlan = {}
+    by_value: dict[int, tuple[int, ...]] = {}
+    for s in space.slots:
+        v = space.value(s)
+        if v is None or v not in by_value:
+            order = tuple(int(i) for i in rng.permutation(space.rank(s)))
+            if v is not None:
+                by_value[v] = order
+        plan[s] = by_value.get(v, order) if v is not None else order
+    return plan
 
 
 def _local_plan(space: LayoutSpace, rng: np.random.Generator) -> LayoutPlan:
@@ -280,7 +345,11 @@ class Knob:
 
 
 #: feature i of an options config is OPTION_KNOBS[i]'s code; every name below was
-#: accepted by jax 0.10.2's XLA:CPU (see `check_knobs`).
+#: accepted by jax 0.10.2's XLA:CPU (see `check_knobs`). Each knob alone moved the
+#: runtime of at least one of 10 zoo programs by more than 10% except `fast_math` (at
+#: most 8%, kept: tests use it as the codegen-only option); dropped because they never
+#: did (at most 7%, within noise): `xla_llvm_disable_expensive_passes`,
+#: `xla_cpu_strict_dot_conv_math`.
 OPTION_KNOBS: tuple[Knob, ...] = (
     Knob("no_fusion", "disable:fusion", (None, True), (0, 1)),
     Knob("no_dot_library_rewriter", "disable:dot-library-rewriter", (None, True), (0, 1)),
@@ -292,9 +361,7 @@ OPTION_KNOBS: tuple[Knob, ...] = (
     Knob("no_xnn_fusion", "xla_cpu_experimental_xnn_fusion_type", (None, ""), (0, 1)),
     Knob("fast_math", "xla_cpu_enable_fast_math", (None, True), (0, 1)),
     Knob("no_fusion_emitters", "xla_cpu_use_fusion_emitters", (None, False), (0, 1)),
-    Knob("cheap_llvm", "xla_llvm_disable_expensive_passes", (None, True), (0, 1)),
     Knob("max_isa", "xla_cpu_max_isa", (None, "SSE4_2", "AVX", "AVX2"), (0, 1, 2, 3)),
-    Knob("strict_dot_conv_math", "xla_cpu_strict_dot_conv_math", (None, True), (0, 1)),
 )
 OptionsConfig = tuple[int, ...]  # one choice index per knob; all 0 = default
 
