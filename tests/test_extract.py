@@ -66,4 +66,4 @@ def test_bad_spec_is_a_clear_error():
     with pytest.raises(GraphFileError, match="importable"):
         load_program("graphcost_no_such_module:make")
     res = CliRunner().invoke(main, ["extract", "no_colon_here", "x.npz"])
-    assert res.exit_code == 1 and "MODULE:FUNCTION" in res.output
+    assert res.exit_code == 2 and "MODULE:FUNCTION" in res.output  # a user error
