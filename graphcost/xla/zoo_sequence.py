@@ -69,7 +69,7 @@ def mixer(rng: np.random.Generator) -> tuple[Callable, tuple]:
 def transformer(rng: np.random.Generator) -> tuple[Callable, tuple]:
     """Encoder blocks: layer norm, multi-head attention, MLP, residuals."""
     dt = dtype(rng)
-    b, t = pick(rng, [2, 4, 8]), pick(rng, [64, 128])
+    b, t = pick(rng, [4, 8]), pick(rng, [64, 128])
     d, heads = pick(rng, [64, 128]), pick(rng, [2, 4])
     layers, causal = 1, bool(rng.integers(2))  # more layers: more nodes, same kernels
     ps = [attention_params(rng, d, 4 * d, dt) for _ in range(layers)]
@@ -229,7 +229,7 @@ def rnn(rng: np.random.Generator) -> tuple[Callable, tuple]:
     dt = dtype(rng, F32)
     cell = pick(rng, ["elman", "gru", "lstm"])
     gates = {"elman": 1, "gru": 3, "lstm": 4}[cell]
-    b, t = pick(rng, [32, 64]), pick(rng, [32, 48])
+    b, t = pick(rng, [32, 64]), pick(rng, [24, 32])
     d, h = pick(rng, [64, 128]), pick(rng, [128, 192])
     wx, wh = dense(rng, d, gates * h, dt), dense(rng, h, gates * h, dt)
     xs = normal(rng, (t, b, d), dt)
