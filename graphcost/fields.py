@@ -97,8 +97,12 @@ def check(obj: Any, rules: Mapping[str, Rule]) -> None:
 
 
 def field_docs(cls: type) -> dict[str, str]:
-    """Each field's comment in the class source: on its line, else the lines just above."""
-    source = textwrap.dedent(inspect.getsource(cls))
+    """Each field's comment in the class source: on its line, else the lines just above
+    (none when the source is not installed)."""
+    try:
+        source = textwrap.dedent(inspect.getsource(cls))
+    except (OSError, TypeError):
+        return {}
     comments: dict[int, str] = {}
     for tok in tokenize.generate_tokens(io.StringIO(source).readline):
         if tok.type == tokenize.COMMENT:

@@ -166,3 +166,15 @@ def test_report_extract_and_apply_refuse_bad_input(work, tmp_path):
             "no_such_module_xyz:fn", "importable")
     refused(run("extract", "no_such_module_xyz:fn", "/proc/x.npz"), "/proc/x.npz")
     refused(run("apply", work / "text.npz", "mlp.000"), "text.npz", "autotune config")
+
+
+def test_a_train_split_of_unreadable_files_and_a_model_of_the_wrong_kind(work, tmp_path):
+    (tmp_path / "c" / "train").mkdir(parents=True)
+    (tmp_path / "c" / "train" / "a.npz").write_bytes((work / "truncated.npz").read_bytes())
+    refused(run("train", tmp_path / "c", "--out", tmp_path / "run"), "no readable file",
+            "a.npz")
+    from graphcost.data.inspect import sample_root
+
+    refused(run("evaluate", work / "model.pt",
+                sample_root() / "npz" / "layout" / "cpu" / "random"),
+            "a tile model cannot score layout graph")

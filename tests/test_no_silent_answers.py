@@ -123,6 +123,13 @@ def test_checkpoints_load_with_weights_only_and_code_in_one_is_refused(tile, tmp
     root, _, model = tile
     assert load_checkpoint(root / "model.pt")["name"] == "mlp"
 
+    state = load_checkpoint(root / "model.pt")
+    state["settings"]["from_the_future"] = 1
+    torch.save(state, tmp_path / "newer.pt")
+    with pytest.raises(UserError, match="newer.pt: unknown mlp setting in the checkpoint "
+                                        "'from_the_future'"):
+        Model.load(tmp_path / "newer.pt")
+
     evil = tmp_path / "evil.pt"
     torch.save({"format": "graphcost-model/1", "payload": np.random.default_rng(0)}, evil)
     with pytest.raises(UserError, match="evil.pt: not a graphcost checkpoint that loads "

@@ -129,7 +129,7 @@ class Model:
             raise RuntimeError("the model is not fitted: train it (graphcost.train.fit) "
                                "or load() one")
         if graph.kind != self.kind:
-            raise ValueError(f"a {self.kind} model cannot score {graph.kind} graph {graph.name}")
+            raise UserError(f"a {self.kind} model cannot score {graph.kind} graph {graph.name}")
         hops = getattr(self.settings, "prune_hops", -1)
         return graph_tensors(self._prune(graph, hops), self.transform)
 
@@ -152,7 +152,9 @@ class Model:
             raise UserError(f"a model of unknown name {state.get('name')!r}; this graphcost "
                             f"knows {', '.join(MODELS)}")
         spec = MODELS[state["name"]]
-        model = cls(state["name"], state["kind"], spec.settings(**state["settings"]))
+        settings = fields.build(spec.settings, state["settings"],
+                                what=f"{state['name']} setting in the checkpoint")
+        model = cls(state["name"], state["kind"], settings)
         model.build(FeatureTransform.from_dict(state["transform"]))
         assert model.net is not None
         model.net.load_state_dict(state["state_dict"])

@@ -34,7 +34,10 @@ def train_model(data: str | Path | Collection, model: str = "ranker",
                               f"(it has {', '.join(coll.splits)}); put the training files in "
                               f"{coll.root / 'train'} (and validation files in "
                               f"{coll.root / 'valid'})")
-    train_split = "train"
+    train = list(coll.graphs("train", lazy=True))  # bad files are skipped, with a warning
+    if not train:
+        raise CollectionError(f"no readable file in the train split of {coll.name} at "
+                              f"{coll.root}; the first problem: {coll.skipped[0]}")
     valid = list(coll.graphs("valid", lazy=True)) if "valid" in coll.splits else None
     m = Model(model, coll.kind, **(model_settings or {}))
     main = is_main_process()  # under torchrun only rank 0 writes files
@@ -45,7 +48,7 @@ def train_model(data: str | Path | Collection, model: str = "ranker",
         if given:
             info["files"] = {s: [f.name for f in files] for s, files in coll.splits.items()}
         write_json(info, Path(out_dir) / "run.json")
-    result = fit(m, list(coll.graphs(train_split, lazy=True)), valid, settings, out_dir, resume)
+    result = fit(m, train, valid, settings, out_dir, resume)
     if main and not result["stopped"]:
         m.save(Path(out_dir) / "model.pt")
     result["collection"] = coll.name
