@@ -34,6 +34,7 @@ _TRUE, _FALSE = {"true", "1", "yes", "on"}, {"false", "0", "no", "off"}
 
 
 def one_of(*choices: str) -> Rule:
+    """A rule for a string setting with a fixed set of values."""
     return (lambda v: v in choices, "one of " + ", ".join(choices))
 
 
@@ -74,7 +75,7 @@ def coerce(key: str, kind: str, value: Any) -> Any:
         return x
     if text is not None and len(text) >= 2 and text[0] == text[-1] and text[0] in "'\"":
         return text[1:-1]  # a quoted string, as Python would write it
-    return value if isinstance(value, str) else str(value)
+    return text if text is not None else str(value)
 
 
 def build(cls: type, values: Mapping[str, Any], base: Any = None, what: str = "setting") -> Any:

@@ -10,6 +10,7 @@ from typing import Any
 from graphcost import fields
 from graphcost.errors import SettingsError
 from graphcost.models.losses import parse_loss
+from graphcost.models.model import MODELS, model_setting_types
 from graphcost.train.memory import memory_budget_bytes
 
 MODES = ("full", "gst")
@@ -60,6 +61,17 @@ class TrainSettings:
             raise SettingsError(f"setting 'loss': {e}") from None
 
 
+TRAIN_FIELDS = tuple(f.name for f in dataclasses.fields(TrainSettings))
+
+
+def _budget_ok(spec: str) -> bool:
+    try:
+        memory_budget_bytes(spec)
+    except ValueError:
+        return False
+    return True
+
+
 TRAIN_RULES: dict[str, fields.Rule] = {
     "epochs": fields.AT_LEAST_1, "steps_per_epoch": fields.NON_NEGATIVE,
     "graphs_per_batch": fields.AT_LEAST_1, "configs_per_graph": fields.AT_LEAST_1,
@@ -72,28 +84,18 @@ TRAIN_RULES: dict[str, fields.Rule] = {
     "mode": fields.one_of(*MODES), "segment_size": fields.AT_LEAST_1,
     "gst_fresh_segments": fields.NON_NEGATIVE, "stale_drop_p": fields.FRACTION,
     "head_finetune_epochs": fields.NON_NEGATIVE, "gst_max_configs": fields.NON_NEGATIVE,
-    "memory_budget": (lambda v: _budget_ok(v), "a share like '75%', a size like '8G', or 'off'"),
+    "memory_budget": (_budget_ok, "a share like '75%', a size like '8G', or 'off'"),
 }
-
-
-def _budget_ok(spec: str) -> bool:
-    try:
-        memory_budget_bytes(spec)
-    except ValueError:
-        return False
-    return True
 
 
 def parse_settings(pairs: Sequence[str], model: str | None = None,
                    **fixed: Any) -> tuple[TrainSettings, dict[str, Any]]:
     """`key=value` pairs → (TrainSettings, model settings), so that one `--set` option
     reaches both: a key naming a TrainSettings field is a training setting, any other a
-    model setting. Training values are coerced to their fields' types and range-checked
-    here, before any work; model values are checked against `model`'s settings (any
-    model's, when None) and reach `Model` as text, which coerces them. `fixed` settings
+    model setting. Every value is coerced to its field's type and training settings are
+    range-checked here, before any work; model keys are checked against `model`'s
+    settings (any model's, when None), their ranges by `Model`. `fixed` settings
     (device, seed, …) win. A SettingsError names the bad pair, key or value."""
-    from graphcost.models.model import model_setting_types
-
     model_keys = model_setting_types(model)
     train_kw: dict[str, str] = {}
     model_kw: dict[str, Any] = {}
@@ -116,14 +118,9 @@ def parse_settings(pairs: Sequence[str], model: str | None = None,
     return settings, model_kw
 
 
-TRAIN_FIELDS = tuple(f.name for f in dataclasses.fields(TrainSettings))
-
-
 def settings_help() -> dict[str, list[tuple[str, str]]]:
     """Every `--set` key with its default and meaning, by section: training settings,
     then each model's settings (what `graphcost train --help` lists)."""
-    from graphcost.models.model import MODELS
-
     sections = {"Training settings": fields.describe(TrainSettings)}
     for name, spec in MODELS.items():
         sections[f"Model settings of {name}"] = fields.describe(spec.settings(**spec.defaults))
