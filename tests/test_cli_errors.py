@@ -162,6 +162,7 @@ def test_the_installed_command_prints_no_traceback(work):
 
 def test_report_extract_and_apply_refuse_bad_input(work, tmp_path):
     refused(run("report", work / "empty"), "run.json not found", "--data")
+    refused(run("demo", "--out", work / "good.npz"), "good.npz", "is a file")
     refused(run("extract", "no_such_module_xyz:fn", tmp_path / "x.npz"),
             "no_such_module_xyz:fn", "importable")
     refused(run("extract", "no_such_module_xyz:fn", "/proc/x.npz"), "/proc/x.npz")

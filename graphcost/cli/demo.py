@@ -14,8 +14,10 @@ import click
 @click.option("--seed", type=int, default=0, show_default=True)
 def demo(out_dir: str, data: str | None, quick: bool, epochs: int | None, seed: int) -> None:
     """Train the default ranker and the baseline on the bundled dataset, evaluate, report."""
+    from graphcost.atomic import check_writable
     from graphcost.demo import DemoSettings, run_demo
 
+    check_writable(out_dir, folder=True)  # before minutes of training
     s = DemoSettings(quick=quick, seed=seed)
     if epochs is not None:
         s.epochs = epochs
@@ -31,6 +33,8 @@ def demo(out_dir: str, data: str | None, quick: bool, epochs: int | None, seed: 
               help="report folder (default: RUN_DIR/report)")
 def report(run_dir: str, data: str | None, split: str, out_dir: str | None) -> None:
     """Evaluate a training run and write its report: curves, per-graph τ, scatter."""
+    from graphcost.atomic import check_writable
     from graphcost.demo import report_run
 
+    check_writable(out_dir or f"{run_dir}/report", folder=True)
     click.echo(f"report: {report_run(run_dir, out_dir, data, split)}")
