@@ -1,5 +1,7 @@
 """Every bad-input class gets one error naming the file and the key."""
 
+from pathlib import Path
+
 import numpy as np
 import pytest
 from click.testing import CliRunner
@@ -127,3 +129,22 @@ def test_collection_skips_bad_files_and_reports_them(tmp_path, tile_graph, caplo
     assert names == ["a", "b"]
     assert sorted(e.path.rsplit("/", 1)[1] for e in coll.skipped) == ["bad1.npz", "bad2.npz"]
     assert "bad1.npz" in caplog.text and "bad2.npz" in caplog.text
+
+
+def test_test_split_files_without_runtimes_are_valid_elsewhere_not(tmp_path, tile_graph):
+    """The published test split has no runtimes: there it is a file to rank, valid; the
+    same file in train is refused, naming the key."""
+    from graphcost.data.inspect import validate_paths
+
+    a = raw_arrays(tile_graph)
+    a["config_runtime"] = np.zeros_like(a["config_runtime"])
+    for split in ("test", "train"):
+        (tmp_path / split).mkdir()
+        np.savez(tmp_path / split / "k.npz", **a)
+    bad = validate_paths([tmp_path])
+    assert [(Path(e.path).parent.name, e.key) for e in bad] == [("train", "config_runtime")]
+    del a["config_runtime"]
+    np.savez(tmp_path / "test" / "k.npz", **a)
+    assert validate_paths([tmp_path / "test"]) == []
+    r = CliRunner().invoke(main, ["info", str(tmp_path / "test" / "k.npz")])
+    assert r.exit_code == 0 and "k.npz" in r.output
