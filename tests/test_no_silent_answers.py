@@ -174,3 +174,11 @@ def test_evaluate_scores_exactly_the_official_eval_indices(tile, tmp_path):
     r = CliRunner().invoke(main, ["evaluate", str(root / "model.pt"), str(coll), "--split",
                                   "valid", "--eval-indices", str(tmp_path / "other.json")])
     assert r.exit_code == 2 and f"graph {graph.name} has no entry" in r.output
+
+
+def test_resume_without_a_checkpoint_says_it_starts_afresh(tile, tmp_path):
+    _, coll, _ = tile
+    r = CliRunner().invoke(main, ["train", str(coll), "--model", "mlp", "--out",
+                                  str(tmp_path / "run"), "--resume", "--epochs", "1",
+                                  "--set", "hidden=8", "--set", "progress=false"])
+    assert r.exit_code == 0 and "--resume: no " in r.output and "a new run starts" in r.output

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import click
 
 _device_option = click.option("--device", type=click.Choice(["cpu", "cuda"]), default="cpu",
@@ -55,6 +57,8 @@ def train_cmd(data: str, model_name: str, out_dir: str, resume: bool, device: st
         except RuntimeError as e:
             raise click.ClickException(str(e)) from None
         raise SystemExit(code)
+    if resume and is_main_process() and not (Path(out_dir) / "last.pt").exists():
+        click.echo(f"--resume: no {Path(out_dir) / 'last.pt'} yet, so a new run starts")
     _, result = train_model(data, model_name, out_dir, settings, model_kw, resume)
     if is_main_process():  # under torchrun: one summary, from rank 0
         if result.get("early_stop") and not settings.progress:  # fit printed it otherwise
