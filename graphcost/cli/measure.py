@@ -51,6 +51,8 @@ def _protocol_options(f: Callable) -> Callable:
     f = click.option("--min-time-s", default=0.03, show_default=True,
                      help="Fast executables get more calls (up to 10x --runs) until each "
                           "round times one for this long.")(f)
+    f = click.option("--statistic", type=click.Choice(["min", "median"]), default="min",
+                     show_default=True, help="A round's runtime from its calls.")(f)
     f = click.option("--flush-cache", is_flag=True,
                      help="Overwrite a buffer twice the last-level cache before each call.")(f)
     f = click.option("--max-run-s", default=0.25, show_default=True,
@@ -80,8 +82,8 @@ def _command_line() -> str:
 @_protocol_options
 def measure(program: str, kind: str, source: str, per_family: int, core: int | None,
             out: str | None, check_options: bool, num_configs: int, runs: int, warmup: int,
-            rounds: int, min_time_s: float, flush_cache: bool, max_run_s: float,
-            seed: int) -> None:
+            rounds: int, min_time_s: float, statistic: str, flush_cache: bool,
+            max_run_s: float, seed: int) -> None:
     """Time the distinct executables of one PROGRAM's sampled configs (e.g. mlp.000)."""
     from graphcost.formats.npz import write_graph
     from graphcost.xla.collect import measure_program
@@ -94,7 +96,7 @@ def measure(program: str, kind: str, source: str, per_family: int, core: int | N
             click.echo(f"  {label:45} {status}")
     try:
         protocol = Protocol(warmup, runs, rounds, max_run_s, flush_cache=flush_cache,
-                            min_time_s=min_time_s)
+                            min_time_s=min_time_s, statistic=statistic)
         protocol.check()
         graph, report = measure_program(program, kind, source, program_kwargs(per_family),
                                         num_configs, seed, protocol, core)
@@ -102,7 +104,7 @@ def measure(program: str, kind: str, source: str, per_family: int, core: int | N
         raise click.ClickException(str(e)) from None
     for i, (fp, r) in enumerate(report.timings.items()):
         rounds_us = " ".join(f"{x / 1e3:.1f}" for x in r.rounds_ns)
-        detail = (f"median {r.median_ns / 1e3:9.1f} us  rounds {rounds_us} us  "
+        detail = (f"runtime {r.runtime_ns / 1e3:9.1f} us  rounds {rounds_us} us  "
                   f"spread {r.spread:.3f}" if r.ok else f"FAILED {r.status}: {r.error}")
         click.echo(f"  executable {i:3d} ({fp:016x})  {detail}")
     for i, status, error in report.failed:
@@ -143,7 +145,8 @@ def collect(out: str, sources: tuple[str, ...], per_family: int, families: str |
             kinds: str, workers: int, limit: int, pipeline: bool, quiet_timing: bool,
             retry_failed: bool,
             shard: str, num_configs: int, runs: int, warmup: int, rounds: int,
-            min_time_s: float, flush_cache: bool, max_run_s: float, seed: int) -> None:
+            min_time_s: float, statistic: str, flush_cache: bool, max_run_s: float,
+            seed: int) -> None:
     """Measure programs x configs into TpuGraphs collections under OUT (resumable: a
     rerun with the same options measures only what is not written yet).
 
@@ -158,7 +161,8 @@ def collect(out: str, sources: tuple[str, ...], per_family: int, families: str |
         spec = collect_spec(out, sources, per_family, comma_list(families), comma_list(kinds),
                             num_configs=num_configs, seed=seed,
                             protocol=Protocol(warmup, runs, rounds, max_run_s,
-                                              flush_cache=flush_cache, min_time_s=min_time_s),
+                                              flush_cache=flush_cache, min_time_s=min_time_s,
+                                              statistic=statistic),
                             workers=workers, limit=limit, retry_failed=retry_failed, shard=shard,
                             pipeline=pipeline, quiet_timing=quiet_timing)
     except ValueError as e:

@@ -83,7 +83,7 @@ class MeasureReport:
         from graphcost.data.noise import rounds_tau
 
         ok = [t for t in self.timings.values() if t.ok]
-        med = np.array([t.median_ns for t in ok])
+        med = np.array([t.runtime_ns for t in ok])
         noise = rounds_tau(np.array([t.rounds_ns for t in ok])) if ok else None
         return {
             "name": self.name, "kind": self.kind, "sampled": self.sampled,
@@ -226,7 +226,7 @@ def time_prepared(prep: Prepared, args: Sequence[Any], protocol: Protocol, seed:
     report.extra = {
         "config_fingerprint": np.asarray([prep.fingerprints[j] for j in keep], dtype=np.int64),
         "config_runtime_rounds": np.asarray([r.rounds_ns for r in rows], dtype=np.float64)}
-    runtime = np.asarray([r.median_ns for r in rows])
+    runtime = np.asarray([r.runtime_ns for r in rows])
     h = prep.hlo
     if prep.kind == "options":
         ns = np.round(runtime).astype(np.int64)
