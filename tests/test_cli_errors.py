@@ -179,3 +179,8 @@ def test_a_train_split_of_unreadable_files_and_a_model_of_the_wrong_kind(work, t
     refused(run("evaluate", work / "model.pt",
                 sample_root() / "npz" / "layout" / "cpu" / "random"),
             "a tile model cannot score layout graph")
+
+
+def test_bench_json_paths_are_checked_before_the_benchmark_runs():
+    refused(run("bench", "scale", "--sizes", "100", "--json", "/proc/scale.json"),
+            "/proc/scale.json")

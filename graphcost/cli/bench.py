@@ -8,7 +8,7 @@ from typing import Any
 import click
 
 from graphcost.atomic import write_json
-from graphcost.cli.options import autotune_options, comma_list, pin
+from graphcost.cli.options import autotune_options, comma_list, json_option, pin
 
 
 @click.group()
@@ -54,7 +54,7 @@ def bench_io_cmd(configs: int, configurable: int, reads: int, scan_files: int) -
 @click.option("--configs", type=int, default=128, show_default=True,
               help="configs of each inference graph")
 @click.option("--threads", type=int, default=0, help="torch threads (0: torch's default)")
-@click.option("--json", "json_path", type=click.Path(), default=None)
+@json_option
 def bench_train_cmd(models: tuple[str, ...], steps: int, configs: int, threads: int,
                     json_path: str | None) -> None:
     """Training graphs/s and configs/s, inference configs/s on 1k- and 10k-node graphs,
@@ -83,7 +83,7 @@ def bench_train_cmd(models: tuple[str, ...], steps: int, configs: int, threads: 
 @click.option("--programs", default=None, help="Comma-separated program names to tune.")
 @click.option("--per-family", default=1, show_default=True, help="Programs tuned per family.")
 @click.option("--epochs", default=30, show_default=True, help="Training epochs (small ranker).")
-@click.option("--json", "json_path", type=click.Path(), default=None)
+@json_option
 @autotune_options
 def bench_autotune_cmd(model_path: str | None, data: str | None, kind: str, train_families: str,
                        families: str | None, programs: str | None, per_family: int,
@@ -123,7 +123,7 @@ def bench_autotune_cmd(model_path: str | None, data: str | None, kind: str, trai
 @click.option("--memory-budget", default="75%", show_default=True,
               help="skip full/pruned steps estimated above this ('75%', '8G')")
 @click.option("--threads", type=int, default=0, help="torch threads (0: torch's default)")
-@click.option("--json", "json_path", type=click.Path(), default=None)
+@json_option
 def bench_scale_cmd(sizes: str, modes: str, configs: int, num_configs: int, steps: int,
                     segment_size: int, memory_budget: str, threads: int,
                     json_path: str | None) -> None:
@@ -160,7 +160,7 @@ def bench_scale_cmd(sizes: str, modes: str, configs: int, num_configs: int, step
 @click.option("--jobs", type=int, default=1, show_default=True,
               help="trainings run at once, one process each")
 @click.option("--threads", type=int, default=1, show_default=True, help="torch threads per job")
-@click.option("--json", "json_path", type=click.Path(), default=None)
+@json_option
 def bench_gst_cmd(variants: str, data: str | None, nodes: int, graphs: int, num_configs: int,
                   segment_size: int, epochs: int, gst_epochs: int, configs: int, seed: int,
                   repeats: int, jobs: int, threads: int, json_path: str | None) -> None:
@@ -197,7 +197,7 @@ def bench_gst_cmd(variants: str, data: str | None, nodes: int, graphs: int, num_
 @click.option("--repeats", default=1, show_default=True,
               help="Runs per mode, alternating off and on.")
 @click.option("--workers", default=0, show_default=True, help="Worker processes (0: one/core).")
-@click.option("--json", "json_path", type=click.Path(), default=None)
+@json_option
 def bench_collect_cmd(families: str, per_family: int, kinds: str, configs: int, runs: int,
                       warmup: int, rounds: int, repeats: int, workers: int,
                       json_path: str | None) -> None:

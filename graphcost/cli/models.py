@@ -6,6 +6,8 @@ from pathlib import Path
 
 import click
 
+from graphcost.cli.options import json_option
+
 _device_option = click.option("--device", type=click.Choice(["cpu", "cuda"]), default="cpu",
                               show_default=True)
 
@@ -77,16 +79,14 @@ def train_cmd(data: str, model_name: str, out_dir: str, resume: bool, device: st
 @click.option("--eval-indices", type=click.Path(exists=True, dir_okay=False), default=None,
               help="score only these configs: JSON {graph: [config ids]}, as the official "
                    "baselines/layout/eval_indices/*.json (for the valid split)")
-@click.option("--json", "json_path", type=click.Path(), default=None, help="also write JSON here")
+@json_option
 @_device_option
 def evaluate_cmd(model: str, data: str, split: str | None, max_configs: int,
                  eval_indices: str | None, json_path: str | None, device: str) -> None:
     """Metrics of a saved model on a split: per-graph table and means with 95% intervals."""
-    from graphcost.atomic import check_writable, write_json
+    from graphcost.atomic import write_json
     from graphcost.eval.evaluate import evaluate_model, format_report, load_eval_indices
 
-    if json_path:
-        check_writable(json_path)
     if eval_indices and max_configs:
         raise click.UsageError("--eval-indices and --max-configs both choose the configs: "
                                "give one")

@@ -25,6 +25,20 @@ def pin(core: int | None, no_pin: bool) -> int | None:
     return core
 
 
+def _writable(ctx: click.Context, param: click.Parameter, value: str | None) -> str | None:
+    if value is not None:
+        from graphcost.atomic import check_writable
+
+        check_writable(value)  # a UserError: exit 2 before the command's work
+    return value
+
+
+#: `--json PATH`, checked writable while the command line is parsed, before any work
+json_option = click.option("--json", "json_path", type=click.Path(dir_okay=False),
+                           default=None, callback=_writable,
+                           help="also write the results as JSON here")
+
+
 def autotune_options(f: Callable) -> Callable:
     """Search and measurement options shared by `autotune` and `bench autotune`."""
     f = click.option("--k", default=5, show_default=True,
