@@ -298,7 +298,7 @@ def test_bench_gst_compares_variants_with_full_training_on_a_collection(tmp_path
     assert "head fine-tuning effect on gst" in r.output
 
     bad = CliRunner().invoke(main, ["bench", "gst", "--variants", "full-nohead"])
-    assert bad.exit_code == 1 and "no head fine-tuning" in bad.output
+    assert bad.exit_code == 2 and "no head fine-tuning" in bad.output
     tile = write_collection(tmp_path / "tiles", kind="tile", splits={"train": 1})
     bad = CliRunner().invoke(main, ["bench", "gst", "--data", str(tile)])
-    assert bad.exit_code == 1 and "layout" in bad.output
+    assert bad.exit_code == 2 and "layout" in bad.output

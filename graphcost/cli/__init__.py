@@ -24,7 +24,9 @@ class UserFailure(click.ClickException):
 class Main(click.Group):
     """The command group that turns every `UserError` (bad file, folder, path, setting,
     model) into one clean message and exit status 2, in one place rather than a
-    try/except per command. Any other exception is a bug and keeps its traceback."""
+    try/except per command. A command's own `click.ClickException` is a user error too
+    and exits 2 like the rest (click's default is 1). Any other exception is a bug and
+    keeps its traceback."""
 
     def invoke(self, ctx: click.Context):
         try:
@@ -33,6 +35,10 @@ class Main(click.Group):
             if ctx.params.get("debug") or os.environ.get("GRAPHCOST_DEBUG"):
                 raise
             raise UserFailure(str(e)) from None
+        except click.ClickException as e:
+            if type(e) is click.ClickException:  # not a usage error (already 2) or ours
+                e.exit_code = UserFailure.exit_code
+            raise
 
 
 @click.group(cls=Main)
