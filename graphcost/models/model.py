@@ -9,6 +9,8 @@ the graphcost version that wrote it, so `Model.load` rebuilds it with no other i
 from __future__ import annotations
 
 import dataclasses
+import pickle
+import zipfile
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -92,8 +94,8 @@ class Model:
             raise SettingsError(f"unknown model '{name}'; known: {', '.join(MODELS)}")
         spec = MODELS[name]
         if kind not in spec.kinds:
-            raise SettingsError(f"model '{name}' is for {'/'.join(spec.kinds)} collections, "
-                             f"not {kind}")
+            raise SettingsError(f"model '{name}' is for {'/'.join(spec.kinds)} "
+                                f"collections, not {kind}")
         self.name, self.kind, self.spec = name, kind, spec
         base = settings if settings is not None else spec.settings(**spec.defaults)
         self.settings = fields.build(spec.settings, overrides, base, what=f"{name} setting")
@@ -189,9 +191,6 @@ def load_checkpoint(path: str | Path) -> dict:
     Python values only, so a crafted file cannot run code. Every graphcost checkpoint
     holds only those (settings as dicts, transforms as lists). A file that is not one,
     or needs more than that to unpickle, is refused naming it."""
-    import pickle
-    import zipfile
-
     if not Path(path).is_file():
         raise UserError(f"{path}: no such model file")
     if not zipfile.is_zipfile(path):  # torch.save's format since PyTorch 1.6
