@@ -184,3 +184,15 @@ def test_a_train_split_of_unreadable_files_and_a_model_of_the_wrong_kind(work, t
 def test_bench_json_paths_are_checked_before_the_benchmark_runs():
     refused(run("bench", "scale", "--sizes", "100", "--json", "/proc/scale.json"),
             "/proc/scale.json")
+
+
+@pytest.mark.parametrize("args, needles", [
+    (["--kinds", "bogus"], ["unknown kinds", "bogus"]),
+    (["--rounds", "0"], ["rounds"]),
+    (["--configs", "1"], ["num_configs", "2"]),
+    (["--families", "nope"], ["unknown program families", "nope"]),
+    (["--shard", "2/2"], ["I/N", "2/2"]),
+])
+def test_collect_refuses_bad_settings_before_measuring(tmp_path, args, needles):
+    refused(run("collect", str(tmp_path / "out"), *args), *needles)
+    assert not (tmp_path / "out" / "log.jsonl").exists()

@@ -35,6 +35,8 @@ from pathlib import Path
 
 import numpy as np
 
+from graphcost.errors import UserError
+
 BASE = {"full": ("full", 1), "gst": ("gst", 1), "gst-exact": ("gst", 0)}
 
 
@@ -59,11 +61,11 @@ def parse_variant(name: str) -> dict:
     """TrainSettings overrides of a variant name such as 'gst-exact-nohead'."""
     base, nohead = (name[:-7], True) if name.endswith("-nohead") else (name, False)
     if base not in BASE:
-        raise ValueError(f"unknown variant '{name}'; known: "
+        raise UserError(f"unknown variant '{name}'; known: "
                          f"{', '.join(BASE)} (each optionally with -nohead)")
     mode, fresh = BASE[base]
     if mode == "full" and nohead:
-        raise ValueError("'full' has no head fine-tuning phase to turn off")
+        raise UserError("'full' has no head fine-tuning phase to turn off")
     kw: dict = {"mode": mode}
     if mode == "gst":
         kw.update(gst_fresh_segments=fresh)
@@ -79,7 +81,7 @@ def load_splits(spec: GstBenchSpec) -> tuple[list, list, list]:
 
         coll = open_collection(spec.data)
         if coll.kind != "layout":
-            raise ValueError(f"{spec.data}: GST trains layout collections, not {coll.kind}")
+            raise UserError(f"{spec.data}: GST trains layout collections, not {coll.kind}")
         train, valid, test = (list(coll.graphs(s, lazy=True)) for s in ("train", "valid",
                                                                          "test"))
         return train, valid, test

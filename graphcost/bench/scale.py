@@ -28,6 +28,8 @@ from pathlib import Path
 
 import numpy as np
 
+from graphcost.errors import UserError
+
 MODES = ("full", "pruned", "gst", "gst-exact")
 
 
@@ -107,7 +109,7 @@ def bench_scale(sizes: Sequence[int] = (1000, 10000, 50000, 200000),
     `on_row` sees each row as soon as it is measured (a big size takes minutes)."""
     bad = sorted(set(modes) - set(MODES))
     if bad:
-        raise ValueError(f"unknown mode(s) {bad}; known: {', '.join(MODES)}")
+        raise UserError(f"unknown mode(s) {bad}; known: {', '.join(MODES)}")
     ctx = mp.get_context("spawn")
     tmp = Path(tempfile.mkdtemp(prefix="scale-")) if data_dir is None else Path(data_dir)
     tmp.mkdir(parents=True, exist_ok=True)

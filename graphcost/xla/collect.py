@@ -33,6 +33,7 @@ import numpy as np
 
 from graphcost.atomic import write_json
 from graphcost.data.collection import SPLITS
+from graphcost.errors import UserError
 from graphcost.xla.plan import (
     DEFAULT_PROGRAMS,
     KINDS,
@@ -336,7 +337,7 @@ def measure_program(program: str, kind: str, source: str = DEFAULT_PROGRAMS,
     from graphcost.xla.prepare import measure_layout, measure_options
 
     if kind not in KINDS:
-        raise ValueError(f"unknown kind {kind!r}; choose from {list(KINDS)}")
+        raise UserError(f"unknown kind {kind!r}; choose from {list(KINDS)}")
     if core is not None:
         pin_to_core(core)
     fn, args = find_program(source, program_kwargs or {}, program)

@@ -33,6 +33,7 @@ from typing import Any
 
 import numpy as np
 
+from graphcost.errors import UserError
 from graphcost.formats.records import NUM_LAYOUT_CONFIG_FEATURES, NUM_TILE_CONFIG_FEATURES
 
 MAX_RANK = 6
@@ -286,7 +287,7 @@ def sample_layout_plans(space: LayoutSpace, count: int, mode: str,
     or swap two adjacent dims of a slot already set).
     """
     if mode not in ("random", "default"):
-        raise ValueError(f"layout sampling mode must be 'random' or 'default', got {mode!r}")
+        raise UserError(f"layout sampling mode must be 'random' or 'default', got {mode!r}")
     plans: list[LayoutPlan] = [{}]
     seen = {_key({})}
     if not space.slots:

@@ -22,6 +22,8 @@ from typing import Any
 
 import numpy as np
 
+from graphcost.errors import UserError
+
 
 @dataclass
 class Protocol:
@@ -39,13 +41,13 @@ class Protocol:
     def check(self) -> None:
         """Raise ValueError naming the setting that cannot work."""
         if self.runs < 1 or self.rounds < 1 or self.warmup < 0:
-            raise ValueError(f"the timing protocol needs runs >= 1, rounds >= 1 and "
+            raise UserError(f"the timing protocol needs runs >= 1, rounds >= 1 and "
                              f"warmup >= 0, got runs={self.runs}, rounds={self.rounds}, "
                              f"warmup={self.warmup}")
         if self.max_run_s <= 0:
-            raise ValueError(f"max_run_s must be > 0, got {self.max_run_s}")
+            raise UserError(f"max_run_s must be > 0, got {self.max_run_s}")
         if self.statistic not in STATISTICS:
-            raise ValueError(f"statistic must be one of {sorted(STATISTICS)}, "
+            raise UserError(f"statistic must be one of {sorted(STATISTICS)}, "
                              f"got {self.statistic!r}")
 
 

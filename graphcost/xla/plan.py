@@ -19,6 +19,7 @@ import numpy as np
 
 from graphcost.atomic import atomic_open
 from graphcost.data.collection import SPLITS
+from graphcost.errors import UserError
 from graphcost.xla.measure import Protocol
 from graphcost.xla.programs import FAMILIES, family_of, load_programs, make_program
 
@@ -48,14 +49,14 @@ class CollectSpec:
     def __post_init__(self) -> None:
         bad = sorted(set(self.kinds) - set(KINDS))
         if bad:
-            raise ValueError(f"unknown kinds {bad}; choose from {list(KINDS)}")
+            raise UserError(f"unknown kinds {bad}; choose from {list(KINDS)}")
         if self.shard:
             parse_shard(self.shard)
         if isinstance(self.protocol, dict):
             self.protocol = Protocol(**self.protocol)
         self.protocol.check()
         if self.num_configs < 2:
-            raise ValueError(f"num_configs must be >= 2 (configs to rank), got {self.num_configs}")
+            raise UserError(f"num_configs must be >= 2 (configs to rank), got {self.num_configs}")
 
 
 @dataclass(frozen=True)
@@ -118,7 +119,7 @@ def zoo_names(per_family: int = 4, seed: int = 0, families: Sequence[str] | None
     fams = list(families) if families else list(FAMILIES)
     unknown = sorted(set(fams) - set(FAMILIES))
     if unknown:
-        raise ValueError(f"unknown program families {unknown}; known: {sorted(FAMILIES)}")
+        raise UserError(f"unknown program families {unknown}; known: {sorted(FAMILIES)}")
     return [f"{f}.{i:03d}" for f in fams for i in range(per_family)]
 
 
@@ -138,7 +139,7 @@ def find_program(source: str, kwargs: dict[str, Any], name: str) -> tuple:
         return fn, args
     programs = program_table(source, kwargs)
     if name not in programs:
-        raise ValueError(f"no program {name!r} in {source}; e.g. {sorted(programs)[:5]}")
+        raise UserError(f"no program {name!r} in {source}; e.g. {sorted(programs)[:5]}")
     return programs[name]
 
 
@@ -182,7 +183,7 @@ def parse_shard(text: str) -> tuple[int, int]:
     except ValueError:
         i = n = -1
     if not sep or n < 1 or not 0 <= i < n:
-        raise ValueError(f"--shard takes I/N with 0 <= I < N (e.g. 0/4), got {text!r}")
+        raise UserError(f"--shard takes I/N with 0 <= I < N (e.g. 0/4), got {text!r}")
     return i, n
 
 
@@ -223,7 +224,7 @@ def take_shard(spec: CollectSpec, tasks: list[Task]) -> list[Task]:
     if path.exists():
         old = json.loads(path.read_text())
         if (old.get("index"), old.get("count"), old.get("plan")) != (index, count, plan["plan"]):
-            raise ValueError(f"{spec.out} holds shard {old.get('shard')} of another plan; "
+            raise UserError(f"{spec.out} holds shard {old.get('shard')} of another plan; "
                              "measure this shard into a fresh folder")
     with atomic_open(path, "w") as f:
         json.dump(plan, f, indent=1)

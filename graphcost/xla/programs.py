@@ -26,6 +26,7 @@ from typing import Any
 
 import numpy as np
 
+from graphcost.errors import UserError
 from graphcost.xla import zoo_sequence, zoo_training, zoo_vision
 
 Program = tuple[str, Callable, tuple]
@@ -70,7 +71,7 @@ def zoo(per_family: int = 4, seed: int = 0, families: Sequence[str] | None = Non
     names = list(families) if families else list(FAMILIES)
     unknown = sorted(set(names) - set(FAMILIES))
     if unknown:
-        raise ValueError(f"unknown program families {unknown}; known: {sorted(FAMILIES)}")
+        raise UserError(f"unknown program families {unknown}; known: {sorted(FAMILIES)}")
     return [make_program(f, i, seed) for f in names for i in range(per_family)]
 
 
@@ -81,17 +82,17 @@ def load_programs(spec: str, **kwargs: Any) -> list[Program]:
     """
     module_name, sep, attr = spec.partition(":")
     if not sep or not module_name or not attr:
-        raise ValueError(f"{spec!r}: expected MODULE:FUNCTION, e.g. 'graphcost.xla.programs:zoo'")
+        raise UserError(f"{spec!r}: expected MODULE:FUNCTION, e.g. 'graphcost.xla.programs:zoo'")
     factory = getattr(importlib.import_module(module_name), attr)
     params = inspect.signature(factory).parameters
     made = factory(**{k: v for k, v in kwargs.items() if k in params})
     out: list[Program] = []
     for entry in made:
         if not (isinstance(entry, tuple) and len(entry) == 3 and callable(entry[1])):
-            raise ValueError(f"{spec}: entries must be (name, callable, example_args), "
+            raise UserError(f"{spec}: entries must be (name, callable, example_args), "
                              f"got {entry!r:.80}")
         out.append((str(entry[0]), entry[1], tuple(entry[2])))
     names = [n for n, _, _ in out]
     if len(set(names)) != len(names):
-        raise ValueError(f"{spec}: program names must be unique")
+        raise UserError(f"{spec}: program names must be unique")
     return out

@@ -28,6 +28,7 @@ from pathlib import Path
 from typing import Any
 
 from graphcost.atomic import atomic_open
+from graphcost.errors import UserError
 from graphcost.xla.collect import read_log, write_manifest
 from graphcost.xla.plan import (
     FORMAT,
@@ -39,7 +40,7 @@ from graphcost.xla.plan import (
 )
 
 
-class MergeError(ValueError):
+class MergeError(UserError):
     """Shards that do not add up to one collection; lists every offending graph."""
 
     def __init__(self, problems: dict[str, list[str]]):
@@ -89,7 +90,7 @@ def check_shards(folders: Sequence[str | Path]) -> tuple[list[dict[str, Any]], l
     written twice, none outside the plan."""
     folders = [Path(f) for f in folders]
     if not folders:
-        raise ValueError("no shard folders given")
+        raise UserError("no shard folders given")
     plans = [_read_plan(f) for f in folders]
     first = plans[0]
     other = [str(f) for f, p in zip(folders, plans, strict=True)
@@ -138,7 +139,7 @@ def merge(out: str | Path, folders: Sequence[str | Path], command: str | None = 
     out, folders = Path(out), [Path(f) for f in folders]
     plans, tasks = check_shards(folders)
     if (out / "log.jsonl").exists() or (out / "npz").exists():
-        raise ValueError(f"{out} already holds a collection; merge into a new folder")
+        raise UserError(f"{out} already holds a collection; merge into a new folder")
     out.mkdir(parents=True, exist_ok=True)
     count = 0
     with atomic_open(out / "log.jsonl", "w") as log:
