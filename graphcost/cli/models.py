@@ -161,15 +161,9 @@ def crossval_cmd(data: str, folds: int, model_name: str, sets: tuple[str, ...],
 
     fixed = {"device": device, "seed": seed, "progress": verbose,
              **({} if epochs is None else {"epochs": epochs})}
-    try:
-        settings, model_kw = parse_settings(sets, **fixed)
-    except (ValueError, TypeError) as e:
-        raise click.BadParameter(str(e), param_hint="--set") from None
-    try:
-        result = crossvalidate(data, model_name, folds, settings, model_kw, out_dir, seed,
-                               valid_fraction, log=click.echo)
-    except (ValueError, FileNotFoundError) as e:  # bad folder, folds, model or setting
-        raise click.ClickException(str(e)) from None
+    settings, model_kw = parse_settings(sets, **fixed)  # a bad --set: UserError, exit 2
+    result = crossvalidate(data, model_name, folds, settings, model_kw, out_dir, seed,
+                           valid_fraction, log=click.echo)
     click.echo(format_overall(result))
     if json_path:
         write_json(result, json_path)

@@ -13,6 +13,8 @@ from collections.abc import Iterable
 
 import numpy as np
 
+from graphcost.errors import UserError
+
 
 def family_of(name: str) -> str:
     """The family of a graph name `family.rest` (a name with no dot is its own family)."""
@@ -34,9 +36,9 @@ def family_folds(sizes: dict[str, int], folds: int, seed: int = 0) -> list[list[
     returned sorted by name.
     """
     if folds < 2:
-        raise ValueError(f"folds must be at least 2, got {folds}")
+        raise UserError(f"folds must be at least 2, got {folds}")
     if folds > len(sizes):
-        raise ValueError(f"{folds} folds need at least {folds} families; "
+        raise UserError(f"{folds} folds need at least {folds} families; "
                          f"the data has {len(sizes)}: {', '.join(sizes) or 'none'}")
     names = sorted(sizes)
     order = [names[i] for i in np.random.default_rng(seed).permutation(len(names))]
@@ -55,7 +57,7 @@ def carve_families(sizes: dict[str, int], fraction: float, seed: int = 0) -> lis
     they hold at least `fraction` of the graphs, always leaving one family out of them.
     Empty when `fraction` is 0 or there is only one family."""
     if not 0.0 <= fraction < 1.0:
-        raise ValueError(f"the validation fraction must be in [0, 1), got {fraction}")
+        raise UserError(f"the validation fraction must be in [0, 1), got {fraction}")
     names = sorted(sizes)
     if fraction == 0.0 or len(names) < 2:
         return []

@@ -24,6 +24,7 @@ from typing import Any
 from graphcost.atomic import write_json
 from graphcost.data.collection import Collection, open_collection
 from graphcost.data.families import carve_families, family_folds, family_of, family_sizes
+from graphcost.errors import UserError
 from graphcost.eval.evaluate import evaluate_model
 from graphcost.eval.metrics import MeanCI, summarize
 from graphcost.models.model import Model
@@ -52,7 +53,7 @@ def pooled_files(coll: Collection) -> dict[str, Path]:
     for paths in coll.splits.values():
         for p in paths:
             if p.stem in files:
-                raise ValueError(f"graph {p.stem} is in two splits: {files[p.stem]} and {p}")
+                raise UserError(f"graph {p.stem} is in two splits: {files[p.stem]} and {p}")
             files[p.stem] = p
     return files
 
