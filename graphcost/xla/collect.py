@@ -27,13 +27,15 @@ import time
 from collections.abc import Callable
 from dataclasses import asdict, dataclass
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
 from graphcost.atomic import write_json
 from graphcost.data.collection import SPLITS
 from graphcost.errors import UserError
+from graphcost.formats.records import Graph
+from graphcost.xla.measure import Protocol, pin_to_core
 from graphcost.xla.plan import (
     DEFAULT_PROGRAMS,
     KINDS,
@@ -49,6 +51,9 @@ from graphcost.xla.plan import (
 from graphcost.xla.pool import run_pool
 from graphcost.xla.programs import family_of
 
+if TYPE_CHECKING:
+    from graphcost.xla.prepare import MeasureReport, Prepared
+
 # ------------------------------------------------------------------ one graph
 
 
@@ -57,7 +62,8 @@ def _failure(task: Task, spec: CollectSpec, status: str, error: str) -> dict[str
             "error": error[:500]}
 
 
-def _finish(task: Task, spec: CollectSpec, graph, report) -> dict[str, Any]:
+def _finish(task: Task, spec: CollectSpec, graph: Graph | None, report: MeasureReport
+            ) -> dict[str, Any]:
     """Write a measured graph (when there is one) and summarise it for the log."""
     from graphcost.formats.npz import write_graph
 
@@ -74,7 +80,7 @@ def _finish(task: Task, spec: CollectSpec, graph, report) -> dict[str, Any]:
     return summary
 
 
-def _prepare(task: Task, spec: CollectSpec):
+def _prepare(task: Task, spec: CollectSpec) -> tuple[Prepared, tuple]:
     from graphcost.xla.prepare import prepare_layout, prepare_options
 
     fn, args = find_program(task.source, spec.program_kwargs, task.program)
@@ -331,9 +337,9 @@ def write_manifest(spec: CollectSpec, tasks: list[Task], command: str | None = N
 
 def measure_program(program: str, kind: str, source: str = DEFAULT_PROGRAMS,
                     program_kwargs: dict[str, Any] | None = None, num_configs: int = 16,
-                    seed: int = 0, protocol: Any = None, core: int | None = None):
+                    seed: int = 0, protocol: Protocol | None = None, core: int | None = None
+                    ) -> tuple[Graph | None, MeasureReport]:
     """Measure one named program in this process: (graph or None, MeasureReport)."""
-    from graphcost.xla.measure import Protocol, pin_to_core
     from graphcost.xla.prepare import measure_layout, measure_options
 
     if kind not in KINDS:
