@@ -50,14 +50,14 @@ def load_config(path: str | Path) -> dict[str, Any]:
 def plan_of(layout: LayoutSpace, config: dict[str, Any]) -> LayoutPlan:
     """The layout plan a config names, checked against this program's points."""
     if config.get("arguments") is not None and config["arguments"] != signature(layout):
-        raise ValueError("the config was made for arguments of other shapes or dtypes: "
+        raise UserError("the config was made for arguments of other shapes or dtypes: "
                          f"{config['arguments']} != {signature(layout)}")
     plan: LayoutPlan = {}
     for e in config.get("layouts", []):
         p = int(e["point"])
         if p >= len(layout.points) or (layout.points[p].kind, layout.points[p].index) != (
                 e["kind"], int(e["index"])):
-            raise ValueError(f"the config's point {p} ({e['kind']} {e['index']}) is not in "
+            raise UserError(f"the config's point {p} ({e['kind']} {e['index']}) is not in "
                              "this program: it was made for another one")
         plan[(p, e["role"])] = tuple(int(i) for i in e["major_to_minor"])
     return plan

@@ -36,6 +36,7 @@ import numpy as np
 from graphcost.autotune.chosen import CONFIG_FORMAT, signature
 from graphcost.autotune.search import SearchResult, search
 from graphcost.autotune.space import Config, ConfigSpace, LayoutConfigs, OptionConfigs
+from graphcost.errors import UserError
 from graphcost.eval.metrics import kendall_tau
 from graphcost.formats.npz import LayoutGraph, TileGraph
 from graphcost.xla.configs import LayoutPlan, LayoutSpace, compiler_options
@@ -105,7 +106,7 @@ def load_target(spec: str) -> tuple[str, Callable, tuple]:
 
     family, _, index = spec.rpartition(".")
     if family not in FAMILIES or not index.isdigit():
-        raise ValueError(f"{spec!r} is neither MODULE:FUNCTION nor a zoo program "
+        raise UserError(f"{spec!r} is neither MODULE:FUNCTION nor a zoo program "
                          f"family.NNN (families: {', '.join(sorted(FAMILIES))})")
     name, fn, args = make_program(family, int(index))
     return name, fn, args
@@ -170,7 +171,7 @@ def prepare(name: str, fn: Callable, args: Sequence[Any], kind: str) -> Tunable:
     layout.restrict(list(located))
     points = sorted({p for p, _ in layout.slots}, key=lambda p: located[p])
     if not points:
-        raise ValueError(f"{name}: no configurable layout (no parameter or dot/convolution of "
+        raise UserError(f"{name}: no configurable layout (no parameter or dot/convolution of "
                          "rank 2-6 found in the compiled module); tune compiler options instead")
     return Tunable(name, layout, LayoutConfigs(layout, points), hlo,
                    [located[p] for p in points], default_exe)
@@ -263,7 +264,7 @@ def autotune(fn: Callable, args: Sequence[Any], model: Any, *, name: str | None 
     exactly what the figures mean.
     """
     if k < 1:
-        raise ValueError(f"k must be at least 1, got {k}")
+        raise UserError(f"k must be at least 1, got {k}")
     say = log or (lambda _msg: None)
     protocol = protocol or Protocol()
     from graphcost.models.model import as_model  # torch only once this runs
