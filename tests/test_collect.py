@@ -83,6 +83,9 @@ def test_collection_resumes_after_a_stop_and_measures_noise(tmp_path):
         assert low <= manifest["noise_ceiling_tau"] <= high
     summary = json.loads((tmp_path / "summary.json").read_text())
     assert set(summary) == set(colls) and all(v["graphs"] == 2 for v in summary.values())
+    for v in summary.values():  # the headline figures of each collection
+        assert 1.0 <= v["random_top5_score"] <= 2.0 and v["runtime_max_over_min_median"] >= 1
+        assert v["noise_ceiling_tau"] is not None and v["distinct_executables_median"] == 3
     for f in files:  # every config carries its executable and both rounds' medians
         extra = read_extra(f)
         assert extra["config_runtime_rounds"].shape[1] == FAST.rounds

@@ -1,12 +1,15 @@
 """`graphcost bench collect`: samples per minute and the noise ceiling of a collection
-run with the pipeline off (each core compiles and times) and on (every core compiles,
-one core only times), on the same programs, in one run.
+run in each mode, on the same programs, in one run. Modes: `off` (no pipeline: each
+core compiles and times its own graphs), `on` (the pipeline with quiet timing: every
+core compiles, one core times while every compile worker is paused) and `shared` (the
+pipeline pausing only the compile worker on the timing core).
 
 The modes alternate (off, on, off, on, …) so that a drift of the machine during the
-run falls on both; each mode's graphs are pooled over its repeats. The noise ceiling
+run falls on all; each mode's graphs are pooled over its repeats. The noise ceiling
 is the mean per-graph Kendall τ between two timing rounds over distinct executables,
-with a 95% bootstrap interval; `noise_diff` is the paired difference (on − off) over
-the same graphs, so "no loss of timing quality" is a claim its interval can check.
+with a 95% bootstrap interval; `noise_diff` is each mode's paired difference from the
+first mode over the same graphs, so "no loss of timing quality" is a claim its
+interval can check.
 """
 
 from __future__ import annotations
@@ -18,27 +21,33 @@ from typing import Any
 
 import numpy as np
 
+from graphcost.errors import UserError
 from graphcost.eval.metrics import bootstrap_ci
 from graphcost.xla.collect import collect, read_log
 from graphcost.xla.measure import Protocol
 from graphcost.xla.plan import CollectSpec
 
-MODES = {"off": False, "on": True}
+MODES = {"off": {"pipeline": False}, "on": {"pipeline": True, "quiet_timing": True},
+         "shared": {"pipeline": True, "quiet_timing": False}}
 
 
 def bench_collect(families: Sequence[str], per_family: int, kinds: Sequence[str],
                   num_configs: int, protocol: Protocol, repeats: int = 1,
-                  workers: int = 0, on_row: Callable[[dict], Any] | None = None) -> dict:
+                  workers: int = 0, modes: Sequence[str] = ("off", "on"),
+                  on_row: Callable[[dict], Any] | None = None) -> dict:
     """Collect the same programs `repeats` times per mode into temporary folders."""
+    bad = sorted(set(modes) - set(MODES))
+    if bad or not modes:
+        raise UserError(f"unknown modes {bad}; choose from {list(MODES)}")
     rows: list[dict] = []
-    taus: dict[str, dict[str, list[float]]] = {m: {} for m in MODES}
+    taus: dict[str, dict[str, list[float]]] = {m: {} for m in modes}
     kwargs = {"per_family": per_family, "families": list(families)}
     for rep in range(repeats):
-        for mode, pipeline in MODES.items():
+        for mode in modes:
             with tempfile.TemporaryDirectory(prefix=f"bench-collect-{mode}-") as tmp:
                 spec = CollectSpec(out=tmp, program_kwargs=kwargs, kinds=list(kinds),
                                    num_configs=num_configs, protocol=protocol,
-                                   workers=workers, pipeline=pipeline)
+                                   workers=workers, **MODES[mode])
                 result = collect(spec, command="graphcost bench collect")
                 graph_taus = {Path(p).relative_to(tmp).as_posix(): e["noise_tau"]
                               for p, e in read_log(tmp).items()
@@ -54,16 +63,19 @@ def bench_collect(families: Sequence[str], per_family: int, kinds: Sequence[str]
             rows.append(row)
             if on_row:
                 on_row(row)
-    summary: dict[str, Any] = {"rows": rows}
-    for mode in MODES:
+    summary: dict[str, Any] = {"rows": rows, "modes": list(modes)}
+    base = modes[0]
+    for mode in modes:
         mine = [r for r in rows if r["mode"] == mode]
         per_graph = np.array([np.mean(v) for v in taus[mode].values()])
+        both = sorted(set(taus[mode]) & set(taus[base]))
+        diff = np.array([np.mean(taus[mode][g]) - np.mean(taus[base][g]) for g in both])
         summary[mode] = {"samples_per_min": float(np.mean([r["samples_per_min"] for r in mine])),
-                         "noise_tau": bootstrap_ci(per_graph)}
-    both = sorted(set(taus["on"]) & set(taus["off"]))
-    diff = np.array([np.mean(taus["on"][g]) - np.mean(taus["off"][g]) for g in both])
-    summary["speedup"] = summary["on"]["samples_per_min"] / summary["off"]["samples_per_min"]
-    summary["noise_diff"] = bootstrap_ci(diff) if both else None
+                         "noise_tau": bootstrap_ci(per_graph),
+                         "noise_diff": bootstrap_ci(diff) if both else None}
+    for mode in modes:
+        summary[mode]["speedup"] = (summary[mode]["samples_per_min"]
+                                    / summary[base]["samples_per_min"])
     return summary
 
 
@@ -79,12 +91,14 @@ def format_row(r: dict) -> str:
 
 
 def format_collect(s: dict) -> str:
-    lines = [f"pipeline {m}: {s[m]['samples_per_min']:.1f} samples/min, noise ceiling τ "
-             f"{s[m]['noise_tau'][0]:.3f} [{s[m]['noise_tau'][1]:.3f}, "
-             f"{s[m]['noise_tau'][2]:.3f}]" for m in MODES]
-    lines.append(f"speed-up on/off: {s['speedup']:.2f}x")
-    if s["noise_diff"]:
-        d = s["noise_diff"]
-        lines.append(f"noise ceiling on − off, paired over graphs: {d[0]:+.3f} "
-                     f"[{d[1]:+.3f}, {d[2]:+.3f}]")
+    base, lines = s["modes"][0], []
+    for m in s["modes"]:
+        tau, diff = s[m]["noise_tau"], s[m]["noise_diff"]
+        line = (f"pipeline {m}: {s[m]['samples_per_min']:.1f} samples/min "
+                f"({s[m]['speedup']:.2f}x {base}), noise ceiling τ {tau[0]:.3f} "
+                f"[{tau[1]:.3f}, {tau[2]:.3f}]")
+        if m != base and diff:
+            line += (f", paired difference from {base} {diff[0]:+.3f} "
+                     f"[{diff[1]:+.3f}, {diff[2]:+.3f}]")
+        lines.append(line)
     return "\n".join(lines)

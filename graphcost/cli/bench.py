@@ -193,17 +193,21 @@ def bench_gst_cmd(variants: str, data: str | None, nodes: int, graphs: int, num_
 @click.option("--warmup", default=2, show_default=True)
 @click.option("--rounds", default=2, show_default=True)
 @click.option("--repeats", default=1, show_default=True,
-              help="Runs per mode, alternating off and on.")
+              help="Runs per mode, the modes alternating.")
+@click.option("--modes", default="off,on", show_default=True,
+              help="off (each core compiles and times), on (pipeline, every compile worker "
+                   "paused while timing), shared (pipeline, only the timing core's paused); "
+                   "the first is the baseline of the ratios and paired differences.")
 @click.option("--workers", default=0, show_default=True, help="Worker processes (0: one/core).")
 @json_option
 def bench_collect_cmd(families: str, per_family: int, kinds: str, configs: int, runs: int,
-                      warmup: int, rounds: int, repeats: int, workers: int,
+                      warmup: int, rounds: int, repeats: int, modes: str, workers: int,
                       json_path: str | None) -> None:
-    """Samples/min and noise ceiling of `collect` with the pipeline off and on."""
+    """Samples/min and noise ceiling of `collect` in each pipeline mode, same programs."""
     from graphcost.bench.collect import HEADER, bench_collect, format_collect, format_row
     from graphcost.xla.measure import Protocol
 
     protocol = Protocol(warmup, runs, rounds)
     _bench_table(HEADER, format_row, format_collect, json_path, lambda on_row: bench_collect(
         comma_list(families), per_family, comma_list(kinds), configs, protocol, repeats,
-        workers, on_row=on_row))
+        workers, comma_list(modes), on_row=on_row))

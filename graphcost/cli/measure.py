@@ -130,9 +130,10 @@ def measure(program: str, kind: str, source: str, per_family: int, core: int | N
               help="Comma-separated: layout:random, layout:default, options.")
 @click.option("--workers", default=0, show_default=True, help="Worker processes (0: one/core).")
 @click.option("--limit", default=0, show_default=True, help="Stop after N graphs (0: all).")
-@click.option("--pipeline/--no-pipeline", default=True, show_default=True,
-              help="Compile on every core while one core only times (pausing its own "
-                   "compiling while it times); --no-pipeline: each core compiles and times.")
+@click.option("--pipeline/--no-pipeline", default=False, show_default=True,
+              help="Compile on every core while one pinned core only times (compiling "
+                   "paused while it times); without: each core compiles and times its own "
+                   "graphs. `graphcost bench collect` compares them on your machine.")
 @click.option("--quiet-timing/--shared-timing", default=True, show_default=True,
               help="With the pipeline: pause every compile worker while timing (quiet) or "
                    "only those on the timing core (shared: more compiling, more noise).")

@@ -8,8 +8,9 @@ Programs x configuration kinds -> one `.npz` per (program, kind):
 Splits are drawn per program family, so no family is in two splits. Each graph's
 configs are sampled until it has `num_configs` distinct executables, compiled, and
 each executable is timed once in `protocol.rounds` interleaved rounds
-(graphcost.xla.prepare); by default compiling and timing are pipelined over the cores
-(graphcost.xla.pool). Every graph is written atomically and logged to `OUT/log.jsonl`;
+(graphcost.xla.prepare), either by one pinned worker per core that compiles and times
+its own graphs, or pipelined: every core compiles, one core times (graphcost.xla.pool).
+Every graph is written atomically and logged to `OUT/log.jsonl`;
 a restart skips graphs already written or logged as failed, so a killed run loses at
 most the graphs in progress. Each collection folder gets a `manifest.json` (command,
 machine, JAX version, counts, spread, the noise ceiling: mean per-graph τ between two
@@ -328,7 +329,8 @@ def write_manifest(spec: CollectSpec, tasks: list[Task], command: str | None = N
         write_json(m, folder / "manifest.json")
         manifests[m["collection"]] = m
     keep = ("graphs", "families_measured", "splits", "distinct_executables_median",
-            "graphs_exhausted", "median_runtime_ms", "runtime_max_over_min_median", "median_spread",
+            "graphs_exhausted", "median_runtime_ms", "runtime_max_over_min_median",
+            "runtime_max_over_min_quartiles", "median_spread", "random_top5_score",
             "samples_per_minute_per_core", "noise_ceiling_tau", "noise_ceiling_ci")
     write_json({name: {k: m.get(k) for k in keep} for name, m in manifests.items()},
                Path(spec.out) / "summary.json")

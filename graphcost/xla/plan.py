@@ -43,7 +43,10 @@ class CollectSpec:
     limit: int = 0  # stop after this many graphs this run (0 = all)
     retry_failed: bool = False
     shard: str = ""  # 'I/N': measure only shard I of N of the plan (graphcost.xla.shard)
-    pipeline: bool = True  # compile on every core, time on one (graphcost.xla.pool)
+    # compile on every core, time on one (graphcost.xla.pool). Off by default: on this
+    # 2-core machine it measured 0.77x (quiet) and 0.90x (shared) the samples/min of no
+    # pipeline with no measurable change in the noise ceiling (`graphcost bench collect`)
+    pipeline: bool = False
     quiet_timing: bool = True  # pipeline: pause every compile worker while timing
 
     def __post_init__(self) -> None:
