@@ -75,11 +75,12 @@ def _timer(core: int, fn: TimerFn, context: Any, inbox: mp.Queue, results: mp.Qu
 def run_pool(tasks: Sequence[Any], worker_fn: WorkerFn, context: Any,
              on_done: Callable[[Summary], None], on_crash: Callable[[Any, str], Summary],
              timer_fn: TimerFn | None = None, workers: int = 0, spool: str | Path = ".spool",
-             quiet: bool = True, progress: Callable[[int], Any] | None = None) -> None:
+             quiet: bool = True) -> None:
     """Run every task; `on_done(summary)` is called in this process as each one ends.
 
-    With `timer_fn`, tasks are pipelined (see the module doc); `workers` compile
-    workers (0: one per core this process may use) are dealt round-robin over cores.
+    With `timer_fn`, tasks are pipelined (see the module doc) through the folder
+    `spool`; `workers` workers (0: one per core this process may use) are dealt
+    round-robin over cores.
     """
     if not tasks:
         return
@@ -88,8 +89,9 @@ def run_pool(tasks: Sequence[Any], worker_fn: WorkerFn, context: Any,
     ctx = mp.get_context("spawn")
     results = ctx.Queue()
     spool = Path(spool)
-    shutil.rmtree(spool, ignore_errors=True)  # compiled tasks of a killed run are redone
-    spool.mkdir(parents=True)
+    if timer_fn is not None:
+        shutil.rmtree(spool, ignore_errors=True)  # compiled tasks of a killed run are redone
+        spool.mkdir(parents=True)
     inboxes: dict[Any, Any] = {}
     procs: dict[Any, Any] = {}
     timer_core = cores[-1]
@@ -118,8 +120,6 @@ def run_pool(tasks: Sequence[Any], worker_fn: WorkerFn, context: Any,
         nonlocal done
         on_done(summary)
         done += 1
-        if progress:
-            progress(1)
 
     def to_pause() -> list[int]:
         return [procs[w].pid for w in procs
@@ -163,4 +163,5 @@ def run_pool(tasks: Sequence[Any], worker_fn: WorkerFn, context: Any,
             p.join(timeout=10)
             if p.is_alive():
                 p.kill()
-        shutil.rmtree(spool, ignore_errors=True)
+        if timer_fn is not None:
+            shutil.rmtree(spool, ignore_errors=True)
