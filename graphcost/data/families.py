@@ -1,9 +1,9 @@
 """Program families and family folds: graphs of one family must never be split between
 training and evaluation, or a model is scored on near-copies of what it trained on.
 
-`family_of` has `graphcost.xla.programs.family_of`'s semantics (the part of a graph name
-before the first dot: `mlp.003` is family `mlp`); it lives here too because training and
-evaluation read from `data/` and never from `xla/` (DESIGN §8).
+`family_of` (the part of a graph name before the first dot: `mlp.003` is family `mlp`)
+lives here, below both the zoo (`graphcost.xla.programs` uses it) and training and
+evaluation, which read from `data/` and never from `xla/` (DESIGN §8).
 """
 
 from __future__ import annotations

@@ -21,7 +21,7 @@ from graphcost.atomic import atomic_open
 from graphcost.data.collection import SPLITS
 from graphcost.errors import UserError
 from graphcost.xla.measure import Protocol
-from graphcost.xla.programs import FAMILIES, family_of, load_programs, make_program
+from graphcost.xla.programs import family_of, load_programs, make_program, zoo_names
 
 KINDS = ("layout:random", "layout:default", "options")
 DEFAULT_PROGRAMS = "graphcost.xla.programs:zoo"
@@ -114,16 +114,6 @@ def program_table(source: str, kwargs: dict[str, Any]) -> dict[str, tuple]:
     if key not in _PROGRAM_CACHE:
         _PROGRAM_CACHE[key] = {n: (fn, args) for n, fn, args in load_programs(source, **kwargs)}
     return _PROGRAM_CACHE[key]
-
-
-def zoo_names(per_family: int = 4, seed: int = 0, families: Sequence[str] | None = None
-              ) -> list[str]:
-    """The names `programs.zoo` gives (`make_program` names them), building none."""
-    fams = list(families) if families else list(FAMILIES)
-    unknown = sorted(set(fams) - set(FAMILIES))
-    if unknown:
-        raise UserError(f"unknown program families {unknown}; known: {sorted(FAMILIES)}")
-    return [f"{f}.{i:03d}" for f in fams for i in range(per_family)]
 
 
 def program_names(source: str, kwargs: dict[str, Any]) -> list[str]:

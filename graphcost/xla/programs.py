@@ -26,16 +26,12 @@ from typing import Any
 
 import numpy as np
 
+from graphcost.data.families import family_of
 from graphcost.errors import UserError
 from graphcost.xla import zoo_sequence, zoo_training, zoo_vision
 
 Program = tuple[str, Callable, tuple]
 Generator = Callable[[np.random.Generator], tuple[Callable, tuple]]
-
-
-def family_of(name: str) -> str:
-    """The family of a program name `family.rest` (a name with no dot is its own family)."""
-    return name.split(".", 1)[0]
 
 
 #: family name -> generator; names are `[a-z0-9_]+` (no dot: a program is `family.NNN`)
@@ -62,17 +58,29 @@ def make_program(family: str, index: int, seed: int = 0) -> Program:
     """Program `index` of `family`: the same arguments always give the same program."""
     rng = np.random.default_rng([seed, index, *map(ord, family)])
     fn, args = FAMILIES[family](rng)
-    return f"{family}.{index:03d}", fn, tuple(args)
+    return program_name(family, index), fn, tuple(args)
+
+
+def program_name(family: str, index: int) -> str:
+    """The name of program `index` of `family` (`family.NNN`)."""
+    return f"{family}.{index:03d}"
+
+
+def zoo_names(per_family: int = 4, seed: int = 0, families: Sequence[str] | None = None
+              ) -> list[str]:
+    """The names `zoo` gives, without building any program (`seed` changes none)."""
+    names = list(families) if families else list(FAMILIES)
+    unknown = sorted(set(names) - set(FAMILIES))
+    if unknown:
+        raise UserError(f"unknown program families {unknown}; known: {sorted(FAMILIES)}")
+    return [program_name(f, i) for f in names for i in range(per_family)]
 
 
 def zoo(per_family: int = 4, seed: int = 0, families: Sequence[str] | None = None
         ) -> list[Program]:
     """`per_family` programs of every family (or of the families named)."""
-    names = list(families) if families else list(FAMILIES)
-    unknown = sorted(set(names) - set(FAMILIES))
-    if unknown:
-        raise UserError(f"unknown program families {unknown}; known: {sorted(FAMILIES)}")
-    return [make_program(f, i, seed) for f in names for i in range(per_family)]
+    return [make_program(family_of(n), int(n.split(".", 1)[1]), seed)
+            for n in zoo_names(per_family, seed, families)]
 
 
 def load_programs(spec: str, **kwargs: Any) -> list[Program]:
