@@ -82,13 +82,10 @@ def _finish(task: Task, spec: CollectSpec, graph: Graph | None, report: MeasureR
 
 
 def _prepare(task: Task, spec: CollectSpec) -> tuple[Prepared, tuple]:
-    from graphcost.xla.prepare import prepare_layout, prepare_options
+    from graphcost.xla.prepare import prepare
 
     fn, args = find_program(task.source, spec.program_kwargs, task.program)
-    if task.kind == "options":
-        return prepare_options(task.program, fn, args, spec.num_configs, spec.seed), args
-    return prepare_layout(task.program, fn, args, task.kind.split(":")[1], spec.num_configs,
-                          spec.seed), args
+    return prepare(task.kind, task.program, fn, args, spec.num_configs, spec.seed), args
 
 
 def compile_task(task: Task, spec_d: dict[str, Any]) -> bytes | dict[str, Any]:
@@ -342,14 +339,12 @@ def measure_program(program: str, kind: str, source: str = DEFAULT_PROGRAMS,
                     seed: int = 0, protocol: Protocol | None = None, core: int | None = None
                     ) -> tuple[Graph | None, MeasureReport]:
     """Measure one named program in this process: (graph or None, MeasureReport)."""
-    from graphcost.xla.prepare import measure_layout, measure_options
+    from graphcost.xla.prepare import prepare, time_prepared
 
     if kind not in KINDS:
         raise UserError(f"unknown kind {kind!r}; choose from {list(KINDS)}")
     if core is not None:
         pin_to_core(core)
     fn, args = find_program(source, program_kwargs or {}, program)
-    protocol = protocol or Protocol()
-    if kind == "options":
-        return measure_options(program, fn, args, num_configs, seed, protocol)
-    return measure_layout(program, fn, args, kind.split(":")[1], num_configs, seed, protocol)
+    return time_prepared(prepare(kind, program, fn, args, num_configs, seed), args,
+                         protocol or Protocol(), seed)

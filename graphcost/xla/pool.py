@@ -26,19 +26,17 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
+from graphcost.xla.measure import pin_to_core
+
 Summary = dict[str, Any]
 WorkerFn = Callable[[Any, Any], "bytes | Summary"]  # (task, context) -> bytes or summary
 TimerFn = Callable[[Any, Any, bytes], Summary]  # (task, context, compiled) -> summary
 
 
-def _pin(core: int) -> None:
-    os.sched_setaffinity(0, {core})
-
-
 def _worker(core: int, fn: WorkerFn, context: Any, inbox: mp.Queue, results: mp.Queue,
             wid: int, spool: str) -> None:
     """Pin to `core`, then run `fn` on tasks until a None arrives."""
-    _pin(core)
+    pin_to_core(core)
     while (item := inbox.get()) is not None:
         index, task = item
         out = fn(task, context)
@@ -60,7 +58,7 @@ def _signal(pids: Sequence[int], sig: int) -> None:
 
 def _timer(core: int, fn: TimerFn, context: Any, inbox: mp.Queue, results: mp.Queue) -> None:
     """Pin to `core`; time each compiled task with the workers in `pause` stopped."""
-    _pin(core)
+    pin_to_core(core)
     while (item := inbox.get()) is not None:
         index, task, path, pause = item
         _signal(pause, signal.SIGSTOP)

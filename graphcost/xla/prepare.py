@@ -185,6 +185,15 @@ def prepare_options(name: str, fn: Callable, args: Sequence[Any], distinct: int 
     return prep
 
 
+def prepare(kind: str, name: str, fn: Callable, args: Sequence[Any], distinct: int = 16,
+            seed: int = 0) -> Prepared:
+    """Compile the configs of one collection kind: "options", "layout:random" or
+    "layout:default"."""
+    if kind == "options":
+        return prepare_options(name, fn, args, distinct, seed)
+    return prepare_layout(name, fn, args, kind.split(":")[1], distinct, seed)
+
+
 def _hlo_arrays(hlo) -> dict[str, np.ndarray]:
     return {"node_feat": hlo.node_feat, "node_opcode": hlo.node_opcode,
             "edge_index": hlo.edge_index, "node_splits": hlo.node_splits}
