@@ -1,10 +1,11 @@
 """The noise ceiling of measured graphs: how well the runtimes agree with themselves.
 
-Each graph graphcost measures keeps every timing round's median per config
-(`config_runtime_rounds`) and which configs share one executable
-(`config_fingerprint`). Kendall τ between the first two rounds, over distinct
-executables, is the best τ any model can expect on that graph: a model scored against
-one round cannot agree with it better than another round of the same measurement does.
+Each graph graphcost measures keeps every timing round's runtime per config
+(`config_runtime_rounds`, by default the minimum of the round's calls) and which
+configs share one executable (`config_fingerprint`). Kendall τ between the first two
+rounds, over distinct executables, is the best τ any model can expect on that graph: a
+model scored against one round cannot agree with it better than another round of the
+same measurement does.
 """
 
 from __future__ import annotations

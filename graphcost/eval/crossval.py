@@ -90,7 +90,7 @@ def crossvalidate(data: str | Path, model: str = "ranker", folds: int = 5,
 
     Fold runs go to `out_dir/fold-<i>` (a temporary folder when None). `log` receives a
     line before and after each fold. Bad input (no collection, folds < 2, more folds than
-    families, an unknown model or setting) raises ValueError before any training.
+    families, an unknown model or setting) raises UserError before any training.
     """
     say = log or (lambda _: None)
     coll = open_collection(data)

@@ -22,7 +22,7 @@ LAYOUT_KEYS = ("node_feat", "node_opcode", "edge_index", "node_config_ids",
 #: optional per-config keys graphcost's collector adds; readers of the published format
 #: ignore them. `config_fingerprint` (c,) int64: configs with equal values compiled to
 #: one executable and share one measurement; `config_runtime_rounds` (c, rounds)
-#: float64: each timing round's median, ns (the noise ceiling is τ between rounds).
+#: float64: each timing round's runtime, ns (the noise ceiling is τ between rounds).
 EXTRA_KEYS = ("config_fingerprint", "config_runtime_rounds")
 
 
