@@ -9,6 +9,7 @@ above the layers and may call all of them.
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import time
 from collections.abc import Callable
@@ -33,6 +34,7 @@ from graphcost.eval.report import (
 from graphcost.models.model import Model
 from graphcost.models.scorer import score_graph
 from graphcost.train import TrainSettings, train_model
+from graphcost.train.settings import train_defaults
 
 BASELINE = {"layout": "resgcn", "tile": "sage-late"}
 # the bundled collections in the order the demo trains them; others found are added after
@@ -49,7 +51,12 @@ class DemoSettings:
     seed: int = 0
     quick: bool = False  # a smoke run: two epochs on the first collection only
 
-    def train_settings(self) -> TrainSettings:
+    def train_settings(self, model: str = "ranker") -> TrainSettings:
+        """The ranker's demo settings; a baseline trains with its official recipe (its
+        `graphcost train` defaults), so the demo's baseline row is the baseline's."""
+        if model != "ranker":
+            s = dataclasses.replace(train_defaults(model), seed=self.seed)
+            return dataclasses.replace(s, epochs=2) if self.quick else s
         return TrainSettings(epochs=2 if self.quick else self.epochs, patience=self.patience,
                              configs_per_graph=self.configs_per_graph,
                              graphs_per_batch=self.graphs_per_batch, seed=self.seed)
@@ -114,7 +121,7 @@ def run_demo(out_dir: str | Path = "runs/demo", data: str | Path | None = None,
             run = out / "runs" / coll.name.replace(":", "_") / name
             log(f"== {coll.name}: training {name} "
                 f"({len(coll.files('train'))} train graphs) -> {run}")
-            train_model(coll.root, name, run, s.train_settings())
+            train_model(coll.root, name, run, s.train_settings(name))
             results.append(evaluate_run(run, coll.root, "test", s.scatter_graphs))
     seconds = time.perf_counter() - t0
     rows_note = (f"Bundled dataset at {root}; test split; {seconds:.0f} s on this machine. "

@@ -16,7 +16,6 @@ from click.testing import CliRunner
 
 from graphcost.autotune.search import search
 from graphcost.autotune.space import OptionConfigs
-from graphcost.data.features import FeatureTransform
 from graphcost.data.synthetic import make_layout_graph, make_tile_graph
 from graphcost.eval.metrics import kendall_tau
 from graphcost.models import ConfigScorer, Model
@@ -35,7 +34,7 @@ def test_scorer_matches_predict_with_and_without_cache(name, kind):
          else make_tile_graph(rng, num_nodes=20, num_configs=30, name="t"))
     torch.manual_seed(0)
     m = Model(name, kind, **({"ref_configs": 8} if name == "ranker" else {}))
-    m.build(FeatureTransform.fit([g]))
+    m.build(m.fit_transform([g]))
     m.net.train()  # the scorer must not depend on the mode the net was left in
     ids = np.array([5, 0, 17, 3, 29, 11])
     raw = g.configs(ids) if kind == "layout" else g.config_feat[ids]

@@ -123,7 +123,8 @@ def test_resume_under_ddp_matches_the_uninterrupted_run(ddp_run):
     assert [json.loads(x)["epoch"] for x in lines] == [1, 2, 3]
 
 
-@pytest.mark.parametrize("spec", ["hinge", "listmle", "mse", "hinge:1,listmle:0.5,mse:0.2"])
+@pytest.mark.parametrize("spec", ["hinge", "listmle", "mse", "tf-listmle", "tf-mse",
+                                  "hinge:1,listmle:0.5,mse:0.2"])
 def test_shard_losses_over_global_counts_sum_to_the_batch_loss(spec):
     """What ShardedLoss relies on: loss_r · n_r / n summed over shards is the batch loss."""
     assert set(NORMALIZERS) == set(LOSSES)

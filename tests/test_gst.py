@@ -66,8 +66,7 @@ def test_segments_own_every_node_once_and_take_their_halo_from_outside():
     assert all(p.x.shape[0] - p.own_nodes <= 50 for p in capped.parts)
 
 
-@pytest.mark.parametrize("name", ["ranker", "resgcn"])
-def test_segments_with_their_halo_sum_to_the_whole_graph_embedding(name):
+def test_segments_with_their_halo_sum_to_the_whole_graph_embedding():
     """With a halo as deep as the receptive field every node ends in its whole-graph
     state, so the share-weighted segment embeddings sum to the whole graph's (the
     ranker's max part, a weighted mean of maxima, is switched off); without it, not.
@@ -77,14 +76,12 @@ def test_segments_with_their_halo_sum_to_the_whole_graph_embedding(name):
     sums = {}
     for halo in (-1, 0):
         torch.manual_seed(0)
-        m = Model(name, "layout", layers=3, prune_hops=-1, segment_halo=halo) if \
-            name == "ranker" else Model(name, "layout", layers=2, segment_halo=halo)
+        m = Model("ranker", "layout", layers=3, prune_hops=-1, segment_halo=halo)
         m.build(FeatureTransform.fit([g]))
         net = m.net.eval()
-        if name == "ranker":
-            with torch.no_grad():
-                d = net.s.hidden
-                net.pool.weight[:, d:2 * d] = 0.0
+        with torch.no_grad():
+            d = net.s.hidden
+            net.pool.weight[:, d:2 * d] = 0.0
         gt = m.prepare(g)
         segs = split_segments(gt, 100, net.segment_halo)
         assert len(segs) == 4 and all(p.x.shape[0] - p.own_nodes < 100 for p in segs.parts)
@@ -251,7 +248,7 @@ def test_cli_trains_with_gst(tmp_path):
     write_collection(tmp_path / "data", splits={"train": 3, "valid": 1}, num_nodes=120,
                      num_configs=20)
     coll = tmp_path / "data" / "npz" / "layout" / "synth" / "random"
-    r = CliRunner().invoke(main, ["train", str(coll), "--model", "resgcn", "--out",
+    r = CliRunner().invoke(main, ["train", str(coll), "--model", "ranker", "--out",
                                   str(tmp_path / "run"), "--epochs", "1", "--set", "mode='gst'",
                                   "--set", "segment_size=40", "--set", "head_finetune_epochs=1",
                                   "--set", "progress=False", "--set", "hidden=16"])

@@ -2,7 +2,6 @@ import numpy as np
 import pytest
 import torch
 
-from graphcost.data.features import FeatureTransform
 from graphcost.data.synthetic import make_layout_graph, make_tile_graph
 from graphcost.models import Model, model_names, score_graph
 from graphcost.models.base import collate
@@ -20,7 +19,8 @@ def graphs(kind: str, count: int = 3, seed: int = 0, **kw):
 
 def built(name: str, kind: str, gs) -> Model:
     torch.manual_seed(0)
-    m = Model(name, kind).build(FeatureTransform.fit(gs))
+    m = Model(name, kind)
+    m.build(m.fit_transform(gs))
     m.net.eval()
     return m
 

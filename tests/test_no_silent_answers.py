@@ -142,7 +142,8 @@ def test_early_stopping_says_when_and_why(tile, tmp_path):
     r = CliRunner().invoke(main, ["train", str(coll), "--model", "mlp", "--out",
                                   str(tmp_path / "run"), "--epochs", "10", "--set", "lr=1e-12",
                                   "--set", "warmup_steps=0", "--set", "patience=2",
-                                  "--set", "hidden=8", "--set", "progress=false"])
+                                  "--set", "hidden=8", "--set", "progress=false",
+                                  "--set", "valid_resample=false"])  # the same configs
     assert r.exit_code == 0, r.output
     assert "early stopping after epoch 3 of 10: 2 epochs without a better validation " \
            "score than epoch 1's (patience=2); the model is epoch 1's" in r.output

@@ -13,7 +13,6 @@ from concurrent.futures import ProcessPoolExecutor
 import numpy as np
 import torch
 
-from graphcost.data.features import FeatureTransform
 from graphcost.data.synthetic import make_layout_graph, make_tile_graph
 from graphcost.models.model import Model, model_names
 from graphcost.models.scorer import score_graph
@@ -41,7 +40,8 @@ def bench_one(name: str, kind: str, steps: int = 20, seed: int = 0,
            "train_configs_per_s": history[-1]["configs_per_s"]}
     for n in sizes:
         big = _graphs(kind, rng, 1, num_nodes=n, num_configs=inference_configs)[0]
-        infer = Model(name, kind).build(FeatureTransform.fit(train_graphs))
+        infer = Model(name, kind)
+        infer.build(infer.fit_transform(train_graphs))
         t0 = time.perf_counter()
         gt = infer.prepare(big)
         t1 = time.perf_counter()

@@ -211,3 +211,34 @@ def bench_collect_cmd(families: str, per_family: int, kinds: str, configs: int, 
     _bench_table(HEADER, format_row, format_collect, json_path, lambda on_row: bench_collect(
         comma_list(families), per_family, comma_list(kinds), configs, protocol, repeats,
         workers, comma_list(modes), on_row=on_row))
+
+
+@bench.command("baselines")
+@click.option("--data", type=click.Path(exists=True, file_okay=False), default=None,
+              help="Folder holding npz/ (default: the bundled dataset).")
+@click.option("--seeds", default="0,1,2", show_default=True)
+@click.option("--collections", default=None,
+              help="Comma-separated, e.g. layout/cpu/default (default: all bundled).")
+@click.option("--models", default=None, help="Comma-separated baselines (default: all).")
+@click.option("--official", type=click.Path(exists=True, file_okay=False), default=None,
+              help="Folder of the official TF code's run results (see docs/baselines.md).")
+@click.option("--jobs", default=1, show_default=True, help="Runs at once.")
+@click.option("--threads", default=1, show_default=True, help="Torch threads per run.")
+@json_option
+def bench_baselines_cmd(data: str | None, seeds: str, collections: str | None,
+                        models: str | None, official: str | None, jobs: int, threads: int,
+                        json_path: str | None) -> None:
+    """Each official baseline at its official settings on each bundled collection, over
+    seeds: test τ / tile score with 95% intervals, s/epoch, peak MB; beside the official
+    code's results on the same graphs with `--official`."""
+    from graphcost.bench.baselines import HEADER, bench_baselines, format_baselines, format_row
+    from graphcost.data.inspect import sample_root
+    from graphcost.errors import UserError
+
+    try:
+        seed_list = [int(s) for s in comma_list(seeds)]
+    except ValueError:
+        raise UserError(f"--seeds expects comma-separated integers, got {seeds!r}") from None
+    _bench_table(HEADER, format_row, format_baselines, json_path, lambda on_row: bench_baselines(
+        data or sample_root(), seed_list, collections and comma_list(collections),
+        models and comma_list(models), official, jobs, threads, on_row=on_row))

@@ -161,7 +161,7 @@ def crossval_cmd(data: str, folds: int, model_name: str, sets: tuple[str, ...],
 
     fixed = {"device": device, "seed": seed, "progress": verbose,
              **({} if epochs is None else {"epochs": epochs})}
-    settings, model_kw = parse_settings(sets, **fixed)  # a bad --set: UserError, exit 2
+    settings, model_kw = parse_settings(sets, model_name, **fixed)  # a bad --set: UserError, exit 2
     result = crossvalidate(data, model_name, folds, settings, model_kw, out_dir, seed,
                            valid_fraction, log=click.echo)
     click.echo(format_overall(result))

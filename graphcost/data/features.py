@@ -61,6 +61,15 @@ class _Moments:
             self.s[i] += v.sum(0)
             self.ss[i] += (v * v).sum(0)
 
+    def finish_minmax(self) -> _ColumnTransform:
+        """The official baselines' normalisation: constant columns dropped, the others
+        mapped from their train [min, max] onto [0, 1]."""
+        if self.n == 0:
+            raise ValueError("no rows to compute feature statistics from")
+        keep = np.flatnonzero(self.hi > self.lo)
+        return _ColumnTransform(keep, np.zeros(keep.size, bool), self.lo[keep],
+                                (self.hi - self.lo)[keep])
+
     def finish(self) -> _ColumnTransform:
         if self.n == 0:
             raise ValueError("no rows to compute feature statistics from")
@@ -95,26 +104,40 @@ class _ColumnTransform:
                    np.array(d["mean"]), np.array(d["std"]))
 
 
+STYLES = ("standard", "minmax")
+
+
 @dataclass
 class FeatureTransform:
-    """Node (and tile config) feature transform fitted on a train split.
+    """Node (and config) feature transform fitted on a train split.
 
-    Layout per-node config features (−1..5 minor-to-major orders) are small integers
-    already and are used as they are.
+    style 'standard' (graphcost's models): as the module docstring says; layout per-node
+    config features (−1..5 minor-to-major orders) are small integers already and are
+    used as they are. style 'minmax' (the official baselines, as their loaders do): raw
+    features, no re-padding, constant columns dropped and the rest min-max scaled to
+    [0, 1] with train statistics, layout config features too.
     """
 
     node_columns: _ColumnTransform
     tile_config_columns: _ColumnTransform | None = None
+    style: str = "standard"
+    layout_config_columns: _ColumnTransform | None = None
 
     @classmethod
-    def fit(cls, graphs: Iterable[Graph]) -> FeatureTransform:
-        nodes = _Moments(140)
-        configs = _Moments(24)
+    def fit(cls, graphs: Iterable[Graph], style: str = "standard") -> FeatureTransform:
+        if style not in STYLES:
+            raise ValueError(f"feature style must be one of {STYLES}, got {style!r}")
+        minmax = style == "minmax"
+        nodes, configs, layout = _Moments(140), _Moments(24), _Moments(18)
         for g in graphs:
-            nodes.add(repad_layout(g.node_feat))
+            nodes.add(g.node_feat if minmax else repad_layout(g.node_feat))
             if isinstance(g, TileGraph):
                 configs.add(g.config_feat)
-        return cls(nodes.finish(), configs.finish() if configs.n else None)
+            elif minmax:
+                layout.add(g.configs(np.arange(g.num_configs)).reshape(-1, 18))
+        finish = _Moments.finish_minmax if minmax else _Moments.finish
+        return cls(finish(nodes), finish(configs) if configs.n else None, style,
+                   finish(layout) if layout.n else None)
 
     @property
     def node_dim(self) -> int:
@@ -124,9 +147,25 @@ class FeatureTransform:
     def tile_config_dim(self) -> int:
         return 0 if self.tile_config_columns is None else int(self.tile_config_columns.keep.size)
 
+    @property
+    def layout_config_dim(self) -> int:
+        """Layout config features a model sees: 18 as stored, fewer when minmax drops
+        constant columns."""
+        cols = self.layout_config_columns
+        return 18 if cols is None else int(cols.keep.size)
+
     def node(self, node_feat: np.ndarray) -> np.ndarray:
         """(n, 140) raw features → (n, node_dim) float32 model inputs."""
-        return self.node_columns(repad_layout(node_feat))
+        return self.node_columns(node_feat if self.style == "minmax"
+                                 else repad_layout(node_feat))
+
+    def layout_config(self, configs: np.ndarray) -> np.ndarray:
+        """(c, k, 18) layout config features → model inputs (as stored for 'standard')."""
+        cols = self.layout_config_columns
+        if cols is None:
+            return configs
+        c, k, _ = configs.shape
+        return cols(configs.reshape(-1, 18)).reshape(c, k, -1)
 
     def tile_config(self, config_feat: np.ndarray) -> np.ndarray:
         """(c, 24) raw tile configs → (c, tile_config_dim) float32 model inputs."""
@@ -136,10 +175,14 @@ class FeatureTransform:
 
     def to_dict(self) -> dict:
         tile = self.tile_config_columns
-        return {"node": self.node_columns.to_dict(), "tile_config": tile and tile.to_dict()}
+        layout = self.layout_config_columns
+        return {"node": self.node_columns.to_dict(), "tile_config": tile and tile.to_dict(),
+                "style": self.style, "layout_config": layout and layout.to_dict()}
 
     @classmethod
     def from_dict(cls, d: dict) -> FeatureTransform:
-        tile = d.get("tile_config")
+        tile, layout = d.get("tile_config"), d.get("layout_config")
         return cls(_ColumnTransform.from_dict(d["node"]),
-                   _ColumnTransform.from_dict(tile) if tile else None)
+                   _ColumnTransform.from_dict(tile) if tile else None,
+                   d.get("style", "standard"),
+                   _ColumnTransform.from_dict(layout) if layout else None)

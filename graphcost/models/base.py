@@ -10,6 +10,7 @@ node state per config it keeps a leading config axis, (C, N, d), and PyG layers
 from __future__ import annotations
 
 import logging
+from collections.abc import Callable
 from dataclasses import dataclass
 
 import numpy as np
@@ -42,6 +43,9 @@ class GraphTensors:
     tile_configs: Tensor | None = None  # (c, config_dim) transformed tile configs
     config_dims: Tensor | None = None  # (nc, 6) log2 shape dims of configurable nodes
     config_default: Tensor | None = None  # (nc, 6) their layout in the graph (−1 padded)
+    layout_config: Callable[[np.ndarray], np.ndarray] | None = None  # layout config transform
+    # (2m,) bool: True for an edge in the file's direction (npz column 0 → column 1)
+    edge_forward: Tensor | None = None
     # a segment (models/segments.py): nodes [0, own_nodes) and config nodes
     # [0, own_config_nodes) are its own; the rest are its halo, context not pooled
     own_nodes: int | None = None
@@ -55,13 +59,17 @@ class GraphTensors:
         """Tile: (len(ids), config_dim); layout: (len(ids), nc, 18) read from disk."""
         if self.tile_configs is not None:
             return self.tile_configs[torch.as_tensor(ids, dtype=torch.long)]
-        return torch.from_numpy(self.graph.configs(ids))
+        configs = self.graph.configs(ids)
+        if self.layout_config is not None:
+            configs = self.layout_config(configs)
+        return torch.from_numpy(configs)
 
 
 def graph_tensors(graph: Graph, transform) -> GraphTensors:
     """Apply a fitted FeatureTransform and make edges undirected (both directions)."""
     e = torch.as_tensor(graph.edge_index, dtype=torch.long).reshape(-1, 2).t()
     edge_index = torch.cat([e, e.flip(0)], dim=1)
+    forward = torch.arange(edge_index.shape[1]) < e.shape[1]
     opcode = torch.as_tensor(graph.node_opcode, dtype=torch.long)
     unknown = (opcode < 0) | (opcode >= NUM_OPCODES)
     if unknown.any():  # counted, not silent (DESIGN §3); they share the embedding of id 0
@@ -76,7 +84,7 @@ def graph_tensors(graph: Graph, transform) -> GraphTensors:
     return GraphTensors(
         name=graph.name, kind=graph.kind,
         x=torch.from_numpy(transform.node(graph.node_feat)), opcode=opcode,
-        edge_index=edge_index,
+        edge_index=edge_index, edge_forward=forward,
         config_nodes=(torch.zeros(0, dtype=torch.long) if tile
                       else torch.as_tensor(graph.node_config_ids, dtype=torch.long)),
         runtime=np.asarray(graph.target, dtype=np.float64),
@@ -84,6 +92,8 @@ def graph_tensors(graph: Graph, transform) -> GraphTensors:
         tile_configs=torch.from_numpy(transform.tile_config(graph.config_feat)) if tile else None,
         config_dims=torch.from_numpy(np.log2(np.maximum(at[:, 21:27], 1.0)).astype(np.float32)),
         config_default=torch.from_numpy(at[:, 134:140].astype(np.int64)),
+        layout_config=None if tile or transform.layout_config_columns is None
+        else transform.layout_config,
     )
 
 
@@ -107,6 +117,7 @@ class Batch:
     config_default: Tensor  # (K, 6) the graph's own layout of each (−1 padded)
     mask: Tensor  # (B, C) bool
     runtime: Tensor | None = None  # (B, C) float32, for losses
+    edge_forward: Tensor | None = None  # (E,) bool, edges in the file's direction
 
     def to(self, device: torch.device | str) -> Batch:
         moved = {k: (v.to(device, non_blocking=True) if isinstance(v, Tensor) else v)
@@ -136,6 +147,7 @@ def collate(items: list[tuple[GraphTensors, np.ndarray]], with_runtime: bool = F
     5.4-5.5x on 8x32 tile batches (medians of two runs, 1 core; /tmp script not kept).
     """
     c = max(len(ids) for _, ids in items)
+    directed = all(g.edge_forward is not None for g, _ in items)
     xs, ops, edges, node_graph, cfgs, cfg_nodes, cfg_graph, dims, defaults, masks, runtimes = (
         [] for _ in range(11))
     offset = 0
@@ -164,6 +176,7 @@ def collate(items: list[tuple[GraphTensors, np.ndarray]], with_runtime: bool = F
         config_nodes=torch.cat(cfg_nodes), config_graph=torch.cat(cfg_graph),
         config_dims=torch.cat(dims), config_default=torch.cat(defaults),
         mask=torch.stack(masks), runtime=torch.stack(runtimes) if with_runtime else None,
+        edge_forward=torch.cat([g.edge_forward for g, _ in items]) if directed else None,
     )
 
 
@@ -186,6 +199,10 @@ class RankingNet(nn.Module):
     @property
     def device(self) -> torch.device:
         return next(self.parameters()).device
+
+    def penalty(self) -> Tensor | None:
+        """A regularisation term training adds to the loss (None: none)."""
+        return None
 
     @torch.no_grad()
     def score_configs(self, g: GraphTensors, ids: np.ndarray, chunk_size: int = 1024) -> Tensor:

@@ -56,7 +56,42 @@ def mse(scores: Tensor, runtime: Tensor, mask: Tensor | None = None) -> Tensor:
     return (((scores - z) ** 2) * m).sum() / m.sum().clamp(min=1)
 
 
-LOSSES = {"hinge": pairwise_hinge, "listmle": listmle, "mse": mse}
+def tf_listmle(scores: Tensor, runtime: Tensor, mask: Tensor | None = None,
+               temperature: float = 1.0) -> Tensor:
+    """ListMLE as the official baselines compute it (TF-Ranking's `ListMLELoss` with the
+    runtimes as labels): the Plackett–Luce likelihood of the SLOWEST-first order under
+    utilities s / temperature, summed over a graph's configs (not divided by their
+    number), averaged over graphs; ties in runtime are put in random order (torch's RNG).
+
+    It ranks the same way as `listmle` but is a different function of the scores, and
+    its scale matters under per-tensor gradient clipping, so the baselines use this one.
+    """
+    mask = torch.ones_like(scores, dtype=torch.bool) if mask is None else mask
+    shuffle = torch.rand(runtime.shape, device=runtime.device)  # breaks ties at random
+    key = torch.where(mask, runtime.double(), float("-inf"))
+    order = torch.argsort(shuffle, dim=1)
+    order = torch.gather(order, 1, torch.argsort(torch.gather(key, 1, order), dim=1,
+                                                  descending=True, stable=True))
+    u = torch.gather(scores / temperature, 1, order)
+    valid = torch.gather(mask, 1, order)
+    u = u.masked_fill(~valid, torch.finfo(u.dtype).min / 4)
+    tail = torch.logcumsumexp(u.flip(1), dim=1).flip(1)
+    per_graph = torch.where(valid, tail - u, torch.zeros_like(u)).sum(1)
+    return per_graph[valid.any(1)].mean()
+
+
+def tf_mse(scores: Tensor, runtime: Tensor, mask: Tensor | None = None) -> Tensor:
+    """Plain mean squared error of scores to the runtime itself (Keras'
+    MeanSquaredError, as the official tile baselines add it with weight 0.02): the mean
+    over a graph's configs, averaged over graphs."""
+    mask = torch.ones_like(scores, dtype=torch.bool) if mask is None else mask
+    m = mask.to(scores.dtype)
+    per_graph = (((scores - runtime) ** 2) * m).sum(1) / m.sum(1).clamp(min=1)
+    return per_graph[mask.any(1)].mean()
+
+
+LOSSES = {"hinge": pairwise_hinge, "listmle": listmle, "mse": mse, "tf-listmle": tf_listmle,
+          "tf-mse": tf_mse}
 
 
 def parse_loss(spec: str) -> dict[str, float]:
@@ -73,16 +108,19 @@ def parse_loss(spec: str) -> dict[str, float]:
 class RankingLoss:
     """A weighted sum of the losses above, built from a spec like 'hinge:1,listmle:0.5'."""
 
-    def __init__(self, spec: str = "hinge", margin: float = 0.1):
+    def __init__(self, spec: str = "hinge", margin: float = 0.1, temperature: float = 1.0):
         self.spec = spec
         self.weights = parse_loss(spec)
         self.margin = margin
+        self.temperature = temperature
 
     def __call__(self, scores: Tensor, runtime: Tensor, mask: Tensor | None = None) -> Tensor:
         total = scores.new_zeros(())
         for name, w in self.weights.items():
             if name == "hinge":
                 value = pairwise_hinge(scores, runtime, mask, self.margin)
+            elif name == "tf-listmle":
+                value = tf_listmle(scores, runtime, mask, self.temperature)
             else:
                 value = LOSSES[name](scores, runtime, mask)
             total = total + w * value

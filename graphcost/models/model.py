@@ -11,6 +11,7 @@ from __future__ import annotations
 import dataclasses
 import pickle
 import zipfile
+from collections.abc import Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -24,14 +25,8 @@ from graphcost.data.prune import PruneCache
 from graphcost.errors import SettingsError, UserError
 from graphcost.formats import Graph
 from graphcost.models.base import GraphTensors, RankingNet, graph_tensors
-from graphcost.models.baselines import (
-    MLPSettings,
-    MLPTile,
-    ResGCNLayout,
-    ResGCNSettings,
-    SageSettings,
-    SageTile,
-)
+from graphcost.models.official_layout import ResModel, ResModelSettings
+from graphcost.models.official_tile import TileGNN, TileGNNSettings, TileMLP, TileMLPSettings
 from graphcost.models.ranker import Ranker, RankerSettings
 
 FORMAT = "graphcost-model/1"
@@ -43,15 +38,44 @@ class ModelSpec:
     settings: type
     kinds: tuple[str, ...]
     loss: str  # default training loss
-    defaults: dict[str, Any] = field(default_factory=dict)
+    defaults: dict[str, Any] = field(default_factory=dict)  # model settings
+    train: dict[str, Any] = field(default_factory=dict)  # training settings it defaults to
+    features: str = "standard"  # FeatureTransform style
+
+
+#: the official baselines' training recipes (tpu_graphs/baselines/*/train_args.py and
+#: train_lib.py): Adam at a constant 1e-3 with per-tensor gradient clipping, no weight
+#: decay (L2 is in the model), TF-Ranking's ListMLE, no config dedup, graphs with fewer
+#: configs than a step samples dropped, early stopping on validation OPA over freshly
+#: sampled configs each epoch.
+_OFFICIAL = dict(optimizer="adam", lr=1e-3, clip="per_tensor", weight_decay=0.0, dedup=False,
+                 min_configs=-1, select_on="opa", valid_resample=True)
+OFFICIAL_LAYOUT = dict(_OFFICIAL, epochs=50, patience=25, graphs_per_batch=8,
+                       configs_per_graph=16, valid_configs=16, grad_clip=1e-2,
+                       fast_bias=1.0, temperature=1.0, last_batch="keep")
+OFFICIAL_TILE = dict(_OFFICIAL, epochs=100, patience=20, graphs_per_batch=10,
+                     configs_per_graph=10, valid_configs=10, grad_clip=1e-3,
+                     fast_bias=0.0, temperature=10.0, last_batch="drop")
+TILE_LOSS = f"tf-listmle:{1 / 1.02!r},tf-mse:{0.02 / 1.02!r}"  # 'ListMLELoss:1,MSE:0.02'
+
+
+def _official_tile(backbone: str, join: str) -> ModelSpec:
+    return ModelSpec(TileGNN, TileGNNSettings, ("tile",), TILE_LOSS,
+                     {"backbone": backbone, "join": join,
+                      "opcode_dim": 64 if backbone == "sage" else 32},
+                     OFFICIAL_TILE, "minmax")
 
 
 MODELS: dict[str, ModelSpec] = {
     "ranker": ModelSpec(Ranker, RankerSettings, ("tile", "layout"), "hinge"),
-    "sage-early": ModelSpec(SageTile, SageSettings, ("tile",), "listmle", {"join": "early"}),
-    "sage-late": ModelSpec(SageTile, SageSettings, ("tile",), "listmle", {"join": "late"}),
-    "mlp": ModelSpec(MLPTile, MLPSettings, ("tile",), "listmle"),
-    "resgcn": ModelSpec(ResGCNLayout, ResGCNSettings, ("layout",), "hinge"),
+    "resgcn": ModelSpec(ResModel, ResModelSettings, ("layout",), "tf-listmle", {},
+                        OFFICIAL_LAYOUT, "minmax"),
+    "sage-early": _official_tile("sage", "early"),
+    "sage-late": _official_tile("sage", "late"),
+    "resgcn-early": _official_tile("resgcn", "early"),
+    "resgcn-late": _official_tile("resgcn", "late"),
+    "mlp": ModelSpec(TileMLP, TileMLPSettings, ("tile",), TILE_LOSS, {}, OFFICIAL_TILE,
+                     "minmax"),
 }
 
 
@@ -62,6 +86,9 @@ MODEL_RULES: dict[str, fields.Rule] = {
     "attn_layers": fields.NON_NEGATIVE, "heads": fields.AT_LEAST_1,
     "ref_configs": fields.AT_LEAST_1, "segment_size": fields.NON_NEGATIVE,
     "segment_halo": fields.AT_LEAST_MINUS_1, "join": fields.one_of("early", "late"),
+    "backbone": fields.one_of("sage", "resgcn"), "mlp_layers": fields.AT_LEAST_1,
+    "num_ops": fields.AT_LEAST_1, "keep_nodes": fields.NON_NEGATIVE,
+    "l2": fields.NON_NEGATIVE, "config_scale": fields.POSITIVE,
 }
 
 
@@ -120,10 +147,19 @@ class Model:
 
     def build(self, transform: FeatureTransform) -> Model:
         """Create the network for a fitted transform (its input sizes come from it)."""
+        if transform.style != self.spec.features:
+            raise UserError(f"model {self.name} needs {self.spec.features!r} features, "
+                            f"the transform is {transform.style!r} (a model written by "
+                            "another graphcost version?)")
         self.transform = transform
-        self.net = self.spec.net(self.kind, self.settings, transform.node_dim,
-                                 transform.tile_config_dim)
+        config_dim = (transform.tile_config_dim if self.kind == "tile"
+                      else transform.layout_config_dim)
+        self.net = self.spec.net(self.kind, self.settings, transform.node_dim, config_dim)
         return self
+
+    def fit_transform(self, graphs: Iterable[Graph]) -> FeatureTransform:
+        """The feature transform this model is trained with, fitted on `graphs`."""
+        return FeatureTransform.fit(graphs, self.spec.features)
 
     def prepare(self, graph: Graph) -> GraphTensors:
         """The graph as the network sees it: pruned (if the model prunes), transformed."""
@@ -159,7 +195,13 @@ class Model:
         model = cls(state["name"], state["kind"], settings)
         model.build(FeatureTransform.from_dict(state["transform"]))
         assert model.net is not None
-        model.net.load_state_dict(state["state_dict"])
+        try:
+            model.net.load_state_dict(state["state_dict"])
+        except RuntimeError as e:
+            first = str(e).strip().splitlines()[0]
+            raise UserError(f"the weights do not fit model {state['name']} as this graphcost "
+                            f"builds it (written by graphcost {state.get('version', '?')}): "
+                            f"{first}") from None
         model.net.to(device)
         return model
 

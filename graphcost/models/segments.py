@@ -158,6 +158,7 @@ def split_segments(g: GraphTensors, size: int, halo: int = 0) -> Segments:
     src, dst = g.edge_index.numpy()  # both directions
     order = np.argsort(src, kind="stable")
     src, nbrs = src[order], dst[order]
+    forward = g.edge_forward.numpy()[order] if g.edge_forward is not None else None
     indptr = np.concatenate([[0], np.cumsum(np.bincount(src, minlength=n))])
     cn = g.config_nodes.numpy()
     local = np.full(n, -1, dtype=np.int64)
@@ -178,10 +179,12 @@ def split_segments(g: GraphTensors, size: int, halo: int = 0) -> Segments:
         parts.append(GraphTensors(
             name=f"{g.name}#{s}", kind=g.kind, x=g.x[nodes], opcode=g.opcode[nodes],
             edge_index=torch.from_numpy(np.ascontiguousarray(edges)),
+            edge_forward=None if forward is None else torch.from_numpy(forward[rows][keep]),
             config_nodes=torch.from_numpy(local[cn[cols]]), runtime=g.runtime,
             graph=SegmentConfigs(reader, cols),  # type: ignore[arg-type]
             config_dims=g.config_dims[cols] if g.config_dims is not None else None,
             config_default=g.config_default[cols] if g.config_default is not None else None,
+            layout_config=g.layout_config,
             own_nodes=hi - lo, own_config_nodes=int(own.size)))
         config_count.append(own.size)
         local[nodes] = -1

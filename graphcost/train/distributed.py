@@ -235,7 +235,8 @@ def _configs(runtime: Tensor, mask: Tensor) -> Tensor:
 
 
 NORMALIZERS: dict[str, Callable[[Tensor, Tensor], Tensor]] = {
-    "hinge": _pairs, "listmle": _graphs, "mse": _configs}
+    "hinge": _pairs, "listmle": _graphs, "mse": _configs, "tf-listmle": _graphs,
+    "tf-mse": _graphs}
 
 
 class ShardedLoss:
@@ -252,7 +253,7 @@ class ShardedLoss:
         if unknown:
             raise ValueError(f"no distributed normaliser for losses {unknown}")
         self.ctx = ctx
-        self.parts = [(w, RankingLoss(name, loss.margin), NORMALIZERS[name])
+        self.parts = [(w, RankingLoss(name, loss.margin, loss.temperature), NORMALIZERS[name])
                       for name, w in loss.weights.items()]
 
     def __call__(self, scores: Tensor, runtime: Tensor, mask: Tensor) -> Tensor:

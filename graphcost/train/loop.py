@@ -23,18 +23,27 @@ import time
 from collections.abc import Sequence
 from pathlib import Path
 
+import numpy as np
 import torch
 from tqdm import tqdm
 
 from graphcost.data.features import FeatureTransform
 from graphcost.formats import Graph
+from graphcost.models.base import GraphTensors
 from graphcost.models.model import Model, atomic_save, load_checkpoint
 from graphcost.train import distributed
 from graphcost.train.checkpoint import BestSoFar, rng_state, seed_everything, set_rng_state
 from graphcost.train.optim import optimiser
-from graphcost.train.sampling import epoch_order, validation_ids
+from graphcost.train.sampling import (
+    epoch_order,
+    extremes_and_middle,
+    least_configs,
+    sample_configs,
+    steps_per_epoch,
+    validation_ids,
+)
 from graphcost.train.segment_steps import HistoryStep, SegmentStep
-from graphcost.train.settings import TrainSettings
+from graphcost.train.settings import TrainSettings, train_defaults
 from graphcost.train.steps import FullGraphStep, Step
 from graphcost.train.validation import validate
 
@@ -59,7 +68,7 @@ def fit(model: Model, train_graphs: Sequence[Graph], valid_graphs: Sequence[Grap
     graphs) in `model`. `before_head` holds the validation metrics of the best weights
     before a head-only phase (None without one).
     """
-    s = settings or TrainSettings()
+    s = settings or train_defaults(model.name)
     s.check()
     if not train_graphs:
         raise ValueError("no train graphs")
@@ -79,15 +88,15 @@ def fit(model: Model, train_graphs: Sequence[Graph], valid_graphs: Sequence[Grap
         model.build(FeatureTransform.from_dict(ckpt["model"]["transform"]))
         model.net.load_state_dict(ckpt["model"]["state_dict"])
     else:
-        model.build(FeatureTransform.fit(train_graphs))
+        model.build(model.fit_transform(train_graphs))
     net = model.net.to(ctx.device)
     step = strategy(model, ctx.wrap(net), train_graphs, s, ctx, out)
-    valid = [(gt, validation_ids(gt, s.valid_configs, s.seed))
-             for gt in (model.prepare(g) for g in (valid_graphs or []))]
+    valid_pool = validation_items(model, valid_graphs or [], s)
+    valid = valid_pool
 
     b = max(1, min(s.graphs_per_batch, len(step)))  # the global batch, split across ranks
     ctx.check_batch(b)
-    per_epoch = s.steps_per_epoch or -(-len(step) // b)
+    per_epoch = s.steps_per_epoch or steps_per_epoch(len(step), b, s.last_batch)
 
     def phase_optimiser(head: bool):
         """A fresh optimiser for the main phase, or the head phase (no warm-up)."""
@@ -132,21 +141,19 @@ def fit(model: Model, train_graphs: Sequence[Graph], valid_graphs: Sequence[Grap
             head = main_end is not None
             net.train()
             t0, seen_graphs, seen_configs, losses = time.perf_counter(), 0, 0, []
-            order = epoch_order(rng, len(step), per_epoch, b)
+            order = epoch_order(rng, len(step), per_epoch, b, s.last_batch)
             bar = tqdm(range(per_epoch), desc=f"{'head' if head else step.name} epoch "
                        f"{epoch}/{s.epochs}", disable=not (s.progress and ctx.is_main),
                        leave=False)
             for i in bar:
-                graphs = order[i * b:(i + 1) * b]
-                loss, configs = step.loss(graphs, rng, epoch)
+                loss, configs = step.loss(order[i], rng, epoch)
                 opt.zero_grad(set_to_none=True)
                 loss.backward()
-                if s.grad_clip > 0:
-                    torch.nn.utils.clip_grad_norm_(params, s.grad_clip)
+                clip_gradients(params, s)
                 opt.step()
                 sched.step()
                 losses.append(loss.item())
-                seen_graphs += len(graphs)
+                seen_graphs += len(order[i])
                 seen_configs += configs
                 rate = seen_configs / max(time.perf_counter() - t0, 1e-9)
                 bar.set_postfix(loss=f"{losses[-1]:.4f}", cfg_s=f"{rate:.0f}")
@@ -159,8 +166,11 @@ def fit(model: Model, train_graphs: Sequence[Graph], valid_graphs: Sequence[Grap
                    "graphs_per_s": seen_graphs / seconds, "configs_per_s": seen_configs / seconds,
                    **step.stats()}
             if valid:
+                if s.valid_resample:  # fresh configs each epoch, drawn as training draws
+                    valid = [(gt, sample_configs(rng, cand, gt.runtime, s.valid_configs,
+                                                 s.fast_bias)) for gt, cand in valid_pool]
                 row.update(validate(model, valid, s.chunk_size, ctx))
-                score = row["valid_score"]
+                score = row["valid_opa_pooled" if s.select_on == "opa" else "valid_score"]
             else:
                 score = -row["train_loss"]
             best.update(score, epoch, model, out / "best.pt" if out is not None else None,
@@ -190,6 +200,42 @@ def fit(model: Model, train_graphs: Sequence[Graph], valid_graphs: Sequence[Grap
     return {"history": history, "best_epoch": best.epoch, "best_score": best.score,
             "out_dir": out, "stopped": stopped, "early_stop": early,
             "before_head": before_head, **closing}
+
+
+def validation_items(model: Model, graphs: Sequence[Graph],
+                     s: TrainSettings) -> list[tuple[GraphTensors, np.ndarray]]:
+    """Validation graphs with the configs each epoch scores: a fixed subset, or (with
+    `valid_resample`) all candidates, sampled afresh by `fit`. Graphs with fewer configs
+    than `min_configs` are dropped and `max_configs` applies, as for training; with
+    last_batch='drop', only whole batches of graphs are kept (official tile pipeline)."""
+    least = least_configs(s.min_configs, s.configs_per_graph)
+    items = []
+    for n, g in enumerate(graphs):
+        if g.num_configs < least:
+            continue
+        gt = model.prepare(g)
+        if s.valid_resample or s.max_configs:
+            ids = extremes_and_middle(np.arange(gt.num_configs), gt.runtime, s.max_configs,
+                                      np.random.default_rng((s.seed, 1, n)))
+        else:
+            ids = validation_ids(gt, s.valid_configs, s.seed)
+        items.append((gt, ids))
+    if s.last_batch == "drop" and len(items) >= s.graphs_per_batch:
+        items = items[:len(items) // s.graphs_per_batch * s.graphs_per_batch]
+    return items
+
+
+def clip_gradients(params: list[torch.nn.Parameter], s: TrainSettings) -> None:
+    """Bound the norm of all gradients together (global) or of each tensor's (per_tensor,
+    Keras' clipnorm) to `grad_clip`; 0: no clipping."""
+    if s.grad_clip <= 0:
+        return
+    if s.clip == "global":
+        torch.nn.utils.clip_grad_norm_(params, s.grad_clip)
+        return
+    for p in params:
+        if p.grad is not None:
+            torch.nn.utils.clip_grad_norm_(p, s.grad_clip)
 
 
 def early_stop_reason(last: int, s: TrainSettings, best: BestSoFar, valid: bool) -> str:

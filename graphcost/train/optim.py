@@ -42,6 +42,12 @@ def lr_factor(step: int, s: TrainSettings, total: int) -> float:
 
 def optimiser(net: nn.Module, params: list[nn.Parameter], s: TrainSettings,
               total: int) -> tuple[torch.optim.Optimizer, torch.optim.lr_scheduler.LRScheduler]:
-    """AdamW over `params` (grouped by `param_groups`) and its schedule over `total` steps."""
+    """AdamW over `params` (grouped by `param_groups`) and its schedule over `total` steps;
+    or, with optimizer='adam', the official baselines' Keras Adam: ε = 1e-7, a constant
+    learning rate, no weight decay (their L2 is a loss term, `RankingNet.penalty`).
+    Keras adds ε to √v̂·√(1 − β₂ᵗ) where PyTorch adds it to √v̂: a difference of ε."""
+    if s.optimizer == "adam":
+        opt: torch.optim.Optimizer = torch.optim.Adam(params, lr=s.lr, eps=1e-7)
+        return opt, torch.optim.lr_scheduler.LambdaLR(opt, lambda step: 1.0)
     opt = torch.optim.AdamW(param_groups(net, params, s.weight_decay), lr=s.lr)
     return opt, torch.optim.lr_scheduler.LambdaLR(opt, lambda step: lr_factor(step, s, total))

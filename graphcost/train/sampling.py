@@ -24,6 +24,24 @@ def train_config_ids(graph: Graph, dedup: bool, cap: int = 0,
     return ids, target
 
 
+def least_configs(min_configs: int, configs_per_graph: int) -> int:
+    """Fewest configs a train or validation graph needs to be kept (setting min_configs)."""
+    return configs_per_graph if min_configs < 0 else min_configs
+
+
+def extremes_and_middle(ids: np.ndarray, runtime: np.ndarray, cap: int,
+                        rng: np.random.Generator) -> np.ndarray:
+    """At most `cap` of `ids` as the official layout loader keeps them (`max_configs`):
+    the fastest third, the slowest third, and the rest drawn from the middle at random,
+    with replacement as `np.random.choice` draws there."""
+    third = cap // 3
+    if cap <= 0 or ids.size <= cap or third == 0:
+        return ids
+    ranked = ids[np.argsort(runtime[ids], kind="stable")]
+    middle = rng.choice(ranked[third:-third], cap - 2 * third)
+    return np.concatenate([ranked[:third], ranked[-third:], middle])
+
+
 def sample_configs(rng: np.random.Generator, candidates: np.ndarray, runtime: np.ndarray,
                    c: int, fast_bias: float) -> np.ndarray:
     """C distinct configs of one graph (all of them if it has fewer)."""
@@ -44,6 +62,23 @@ def validation_ids(g: GraphTensors, n: int, seed: int) -> np.ndarray:
     return np.sort(np.random.default_rng(seed).choice(g.num_configs, n, replace=False))
 
 
-def epoch_order(rng: np.random.Generator, items: int, steps: int, per_step: int) -> np.ndarray:
-    """Graph indices for an epoch's steps: whole shuffled passes, as many as it takes."""
-    return np.concatenate([rng.permutation(items) for _ in range(-(-steps * per_step // items))])
+def steps_per_epoch(items: int, per_step: int, last_batch: str) -> int:
+    """Steps of one pass over `items` graphs (setting last_batch: 'drop' leaves out a
+    last partial step, unless that is the only one)."""
+    return max(1, items // per_step) if last_batch == "drop" else -(-items // per_step)
+
+
+def epoch_order(rng: np.random.Generator, items: int, steps: int, per_step: int,
+                last_batch: str = "fill") -> list[np.ndarray]:
+    """Graph indices of an epoch's steps: whole shuffled passes, as many as it takes
+    ('fill'), or one pass whose last step is shorter ('keep') or left out ('drop')."""
+    if last_batch == "fill":
+        order = np.concatenate([rng.permutation(items)
+                                for _ in range(-(-steps * per_step // items))])
+        return [order[i * per_step:(i + 1) * per_step] for i in range(steps)]
+    out: list[np.ndarray] = []
+    while len(out) < steps:  # passes of their own, each cut into steps
+        order = rng.permutation(items)
+        out += [order[i:i + per_step] for i in range(0, items, per_step)
+                if last_batch == "keep" or i + per_step <= items or i == 0]
+    return out[:steps]

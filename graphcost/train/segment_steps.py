@@ -108,7 +108,8 @@ class SegmentStep(Step):
         if not hasattr(model.settings, "segment_size") or not hasattr(model.spec.net,
                                                                        "encode_segment"):
             raise SettingsError(f"model '{model.name}' has no segment hooks; mode=gst supports "
-                             "ranker and resgcn")
+                                "the ranker (resgcn trains big graphs through its own "
+                                "back-propagation window, model setting keep_nodes)")
         model.settings = dataclasses.replace(model.settings, segment_size=s.segment_size)
 
     def __init__(self, model: Model, net: nn.Module, graphs: Sequence[Graph], s: TrainSettings,

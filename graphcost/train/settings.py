@@ -22,16 +22,38 @@ class TrainSettings:
     steps_per_epoch: int = 0  # 0: one pass over the train graphs per epoch
     graphs_per_batch: int = 4  # graphs per step (the global batch under DDP)
     configs_per_graph: int = 32  # configs sampled per graph and step, ranked together
-    fast_bias: float = 0.0  # > 0 samples fast configs more often (weight exp(−bias·rank/c))
+    # > 0 samples fast configs more often (weight exp(−bias·rank/c), rank 0 the fastest;
+    # 1.0 is the official layout sampler's Gumbel top-k over logits (c − rank)/c)
+    fast_bias: float = 0.0
     dedup: bool = True  # train on one row per group of identical configs, at their median runtime
+    # drop train and validation graphs with fewer configs (−1: fewer than configs_per_graph,
+    # as the official loaders do; 0: keep all)
+    min_configs: int = 0
+    # > 0: keep at most this many configs of each train/validation graph, the official
+    # way: the fastest third, the slowest third and a random rest
+    max_configs: int = 0
+    # 'fill': the last step of an epoch is filled from the next shuffle; 'keep': it is
+    # shorter; 'drop': it is dropped, and validation keeps whole batches of graphs only
+    # (the official tile pipeline's drop_remainder)
+    last_batch: str = "fill"
+    # 'adamw' with warm-up and cosine decay; 'adam': Keras-style Adam (eps 1e-7) at a
+    # constant lr, no weight decay (the official baselines)
+    optimizer: str = "adamw"
     lr: float = 2e-3  # peak AdamW learning rate
     weight_decay: float = 1e-4  # on weight matrices only: never biases, norms, embeddings
     warmup_steps: int = 20  # steps of linear warm-up to lr
     min_lr_ratio: float = 0.05  # cosine decay ends at lr × this
     grad_clip: float = 1.0  # max gradient norm; 0: no clipping
+    clip: str = "global"  # grad_clip bounds the norm of all gradients together, or 'per_tensor'
     loss: str = ""  # '' = the model's default; or e.g. 'hinge:1,listmle:0.5'
     margin: float = 0.1  # pairwise hinge loss margin
+    temperature: float = 1.0  # tf-listmle divides scores by this
     valid_configs: int = 512  # fixed configs per validation graph
+    # True: draw validation configs afresh each epoch with the train sampler (official)
+    valid_resample: bool = False
+    # early stopping and the best epoch follow 'score' (τ; tile: top-5 score) or 'opa'
+    # (ordered pairs pooled over graphs, as TF-Ranking's OPAMetric)
+    select_on: str = "score"
     patience: int = 10  # epochs without a better validation score before stopping
     seed: int = 0  # seeds sampling, initialisation and dropout: a run is a function of it
     device: str = "cpu"  # 'cuda' trains with bfloat16 autocast
@@ -76,6 +98,10 @@ TRAIN_RULES: dict[str, fields.Rule] = {
     "epochs": fields.AT_LEAST_1, "steps_per_epoch": fields.NON_NEGATIVE,
     "graphs_per_batch": fields.AT_LEAST_1, "configs_per_graph": fields.AT_LEAST_1,
     "fast_bias": fields.NON_NEGATIVE, "lr": fields.POSITIVE,
+    "min_configs": fields.AT_LEAST_MINUS_1, "max_configs": fields.NON_NEGATIVE,
+    "last_batch": fields.one_of("fill", "keep", "drop"),
+    "optimizer": fields.one_of("adamw", "adam"), "clip": fields.one_of("global", "per_tensor"),
+    "temperature": fields.POSITIVE, "select_on": fields.one_of("score", "opa"),
     "weight_decay": fields.NON_NEGATIVE, "warmup_steps": fields.NON_NEGATIVE,
     "min_lr_ratio": fields.UNIT, "grad_clip": fields.NON_NEGATIVE,
     "margin": fields.NON_NEGATIVE, "valid_configs": fields.AT_LEAST_1,
@@ -113,9 +139,17 @@ def parse_settings(pairs: Sequence[str], model: str | None = None,
                 f"unknown setting '{key}'; training settings: {', '.join(TRAIN_FIELDS)}; "
                 f"{model or 'model'} settings: {', '.join(model_keys)} "
                 "(graphcost train --help says what each means)")
-    settings = fields.build(TrainSettings, {**train_kw, **fixed}, what="training setting")
+    settings = fields.build(TrainSettings, {**train_kw, **fixed}, train_defaults(model),
+                            what="training setting")
     settings.check()
     return settings, model_kw
+
+
+def train_defaults(model: str | None = None) -> TrainSettings:
+    """The training settings a model trains with when none are given: the official
+    recipe for the official baselines (`models.model.MODELS`), graphcost's otherwise."""
+    spec = MODELS.get(model or "")
+    return fields.build(TrainSettings, spec.train if spec else {}, what="training setting")
 
 
 def settings_help() -> dict[str, list[tuple[str, str]]]:
@@ -124,4 +158,7 @@ def settings_help() -> dict[str, list[tuple[str, str]]]:
     sections = {"Training settings": fields.describe(TrainSettings)}
     for name, spec in MODELS.items():
         sections[f"Model settings of {name}"] = fields.describe(spec.settings(**spec.defaults))
+        if spec.train:
+            sections[f"Training defaults of {name}"] = [
+                (f"{k}={v!r}", "the official recipe") for k, v in spec.train.items()]
     return sections

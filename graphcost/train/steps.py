@@ -30,7 +30,12 @@ from graphcost.models.losses import RankingLoss
 from graphcost.models.model import Model
 from graphcost.train import distributed
 from graphcost.train.memory import check_full_graph_memory
-from graphcost.train.sampling import sample_configs, train_config_ids
+from graphcost.train.sampling import (
+    extremes_and_middle,
+    least_configs,
+    sample_configs,
+    train_config_ids,
+)
 from graphcost.train.settings import TrainSettings
 
 NOTHING_TO_RANK = ("no train graph has two or more distinct configs to rank (a graph needs "
@@ -49,7 +54,14 @@ class Step(ABC):
         self.model, self.net, self.s, self.ctx = model, net, s, ctx
         self.device = ctx.device
         self.amp = self.device.type == "cuda"  # bfloat16 autocast on GPUs
-        self.loss_fn = ctx.loss(RankingLoss(s.loss or model.default_loss, margin=s.margin))
+        self.loss_fn = ctx.loss(RankingLoss(s.loss or model.default_loss, margin=s.margin,
+                                            temperature=s.temperature))
+
+    def penalty(self, loss: Tensor) -> Tensor:
+        """`loss` plus the network's regularisation term of the pass just made, if any."""
+        assert self.model.net is not None
+        extra = self.model.net.penalty()
+        return loss if extra is None else loss + extra
 
     @staticmethod  # noqa: B027 (an optional hook)
     def configure(model: Model, s: TrainSettings) -> None:
@@ -91,11 +103,19 @@ class FullGraphStep(Step):
                  ctx: distributed.Context, out: Path | None):
         super().__init__(model, net, graphs, s, ctx, out)
         self.items = []  # (graph tensors, candidate config ids)
-        for g in graphs:
+        least = max(2, least_configs(s.min_configs, s.configs_per_graph))
+        for n, g in enumerate(graphs):
             gt = model.prepare(g)
             ids, gt.runtime = train_config_ids(g, s.dedup)
-            if ids.size >= 2:
+            ids = extremes_and_middle(ids, gt.runtime, s.max_configs,
+                                      np.random.default_rng((s.seed, n)))
+            if ids.size >= least:
                 self.items.append((gt, ids))
+        self.dropped = len(graphs) - len(self.items)
+        if not self.items and least > 2:
+            raise UserError(f"no train graph has {least} or more configs to rank; setting "
+                            f"min_configs={s.min_configs} drops graphs with fewer (−1: fewer "
+                            "than configs_per_graph); lower it or configs_per_graph")
         if not self.items:
             raise UserError(NOTHING_TO_RANK)
         check_full_graph_memory(model.settings, [gt.x.shape[0] for gt, _ in self.items],
@@ -112,4 +132,5 @@ class FullGraphStep(Step):
         batch = collate(self.ctx.shard(picked), with_runtime=True).to(self.device)
         with torch.autocast(self.device.type, dtype=torch.bfloat16, enabled=self.amp):
             scores = self.net(batch)
-        return self.loss_fn(scores.float(), batch.runtime, batch.mask), int(batch.mask.sum())
+        loss = self.penalty(self.loss_fn(scores.float(), batch.runtime, batch.mask))
+        return loss, int(batch.mask.sum())

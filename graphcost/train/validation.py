@@ -17,15 +17,27 @@ def validate(model: Model, items: Sequence[tuple[GraphTensors, np.ndarray]],
              chunk_size: int = 1024,
              ctx: distributed.Context | None = None) -> dict[str, float]:
     """Mean τ, OPA and competition score (tile: 2 − top-5 ratio; layout: τ) over graphs."""
-    taus, opas, scores = [], [], []
+    taus, opas, scores, pairs = [], [], [], []
     for g, ids in (ctx.shard(items) if ctx else items):  # under DDP: this rank's graphs
         pred = score_graph(model, g, ids, chunk_size)
         runtime = g.runtime[ids]
         taus.append(kendall_tau(pred, runtime))
         opas.append(opa(pred, runtime))
         scores.append(tile_score(pred, runtime) if g.kind == "tile" else taus[-1])
+        pairs.append(ordered_pairs(runtime))
     if ctx is not None and ctx.world > 1:  # every rank gets every graph's metrics, in order
-        rows = ctx.unshard(list(zip(taus, opas, scores, strict=True)), len(items))
-        taus, opas, scores = ([r[i] for r in rows] for i in range(3))
+        rows = ctx.unshard(list(zip(taus, opas, scores, pairs, strict=True)), len(items))
+        taus, opas, scores, pairs = ([r[i] for r in rows] for i in range(4))
     mean = lambda v: float(np.nanmean(v)) if np.isfinite(v).any() else float("nan")  # noqa: E731
-    return {"valid_tau": mean(taus), "valid_opa": mean(opas), "valid_score": mean(scores)}
+    w = np.asarray(pairs, float) * np.isfinite(opas)
+    pooled = float(np.nansum(np.asarray(opas) * w) / w.sum()) if w.sum() else float("nan")
+    return {"valid_tau": mean(taus), "valid_opa": mean(opas), "valid_score": mean(scores),
+            "valid_opa_pooled": pooled}
+
+
+def ordered_pairs(runtime: np.ndarray) -> int:
+    """Pairs of configs with different runtimes: the weight of a graph's OPA when pairs
+    are pooled over graphs (TF-Ranking's OPAMetric)."""
+    _, counts = np.unique(runtime, return_counts=True)
+    n = runtime.size
+    return int(n * (n - 1) // 2 - (counts * (counts - 1) // 2).sum())

@@ -1,0 +1,224 @@
+"""`graphcost bench baselines`: the official baselines at their official settings, side
+by side with the official TF code's results on the same data.
+
+Each (collection, model, seed) trains in a fresh spawned process with `graphcost train`'s
+defaults for that model (the official recipe, `models.model.MODELS`) and only the seed
+set, then scores every config of every test graph. Per test graph: Kendall τ (layout)
+or the tile score (tile); per run: seconds per epoch (the whole training run's wall
+time, data loading, validation and checkpoints included, over its epochs) and peak
+resident memory (VmHWM).
+
+`--official DIR` reads the official code's runs: one JSON per run with `collection`
+(e.g. 'layout/cpu/default'), `model` (e.g. 'ResModel'), `seed`, `test` (graph file stem
+→ the score of every config, in file order, lower = faster), `epochs_run`,
+`train_lib_wall_seconds` (its `train_lib.train`, which also writes its test CSV) and
+`peak_rss_mb`. Both sides' scores become metrics through the same code here.
+"""
+
+from __future__ import annotations
+
+import json
+import multiprocessing as mp
+import tempfile
+import time
+from collections.abc import Callable, Sequence
+from concurrent.futures import ProcessPoolExecutor
+from pathlib import Path
+
+import numpy as np
+
+from graphcost.errors import UserError
+
+#: bundled collection → the official baselines that run on it
+PLAN = {"layout/cpu/default": ("resgcn",), "layout/cpu/random": ("resgcn",),
+        "options/cpu": ("sage-early", "sage-late", "mlp", "resgcn-early", "resgcn-late")}
+OFFICIAL_NAMES = {"ResModel": "resgcn", "EarlyJoinSAGE": "sage-early",
+                  "LateJoinSAGE": "sage-late", "MLP": "mlp", "EarlyJoinResGCN": "resgcn-early",
+                  "LateJoinResGCN": "resgcn-late"}
+
+
+def graph_metric(kind: str, scores: np.ndarray, runtime: np.ndarray) -> float:
+    """τ for layout, the tile score for tile: the collection's headline metric."""
+    from graphcost.eval.metrics import kendall_tau, tile_score
+
+    return tile_score(scores, runtime) if kind == "tile" else kendall_tau(scores, runtime)
+
+
+def test_runtimes(data: Path) -> tuple[str, dict[str, np.ndarray]]:
+    """The collection's kind and the runtime each test graph is ranked by."""
+    from graphcost.data.collection import open_collection
+
+    coll = open_collection(data)
+    if "test" not in coll.splits:
+        raise UserError(f"collection {coll.name} at {data} has no test split")
+    return coll.kind, {g.name: np.asarray(g.target, np.float64)
+                       for g in coll.graphs("test", lazy=True)}
+
+
+def run_one(data: str, model: str, seed: int, threads: int) -> dict:
+    """Train `model` on `data` at its defaults with `seed`; per-graph test metric, time
+    and memory (run in a fresh process: its peak RSS is its own)."""
+    import torch
+
+    from graphcost.bench.io import peak_bytes
+    from graphcost.data.collection import open_collection
+    from graphcost.models.scorer import score_graph
+    from graphcost.train.run import train_model
+    from graphcost.train.settings import train_defaults
+
+    torch.set_num_threads(threads)
+    settings = train_defaults(model)
+    settings.seed, settings.progress = seed, False
+    coll = open_collection(data)
+    kind, runtimes = test_runtimes(Path(data))
+    t0 = time.perf_counter()
+    with tempfile.TemporaryDirectory(prefix="bench-baselines-") as tmp:
+        m, result = train_model(coll, model, tmp, settings)
+    wall = time.perf_counter() - t0
+    test = {g.name: graph_metric(kind, score_graph(m, g), runtimes[g.name])
+            for g in coll.graphs("test", lazy=True)}
+    history = result["history"]
+    return {"model": model, "seed": seed, "test": test, "epochs_run": len(history),
+            "best_epoch": result["best_epoch"],
+            "train_seconds_per_epoch": float(np.mean([h["seconds"] for h in history])),
+            "seconds_per_epoch": wall / len(history),  # with validation and checkpoints
+            "peak_rss_mb": peak_bytes() / 2**20}
+
+
+def load_official(directory: str | Path, root: Path) -> dict[tuple[str, str], list[dict]]:
+    """The official runs in `directory`, as rows like `run_one`'s, by (collection, model)."""
+    out: dict[tuple[str, str], list[dict]] = {}
+    files = sorted(Path(directory).glob("*.json"))
+    if not files:
+        raise UserError(f"--official {directory}: no .json result files there")
+    kinds: dict[str, tuple[str, dict[str, np.ndarray]]] = {}
+    for f in files:
+        try:
+            run = json.loads(f.read_text())
+            coll, name = run["collection"], OFFICIAL_NAMES[run["model"]]
+            scores = run["test"]
+        except (json.JSONDecodeError, KeyError) as e:
+            raise UserError(f"{f}: not an official run result (missing or bad {e})") from None
+        if coll not in kinds:
+            kinds[coll] = test_runtimes(root / "npz" / coll)
+        kind, runtimes = kinds[coll]
+        missing = sorted(set(runtimes) - set(scores))
+        if missing:
+            raise UserError(f"{f}: no scores for test graphs {', '.join(missing[:3])}")
+        out.setdefault((coll, name), []).append({
+            "model": name, "seed": run.get("seed"), "epochs_run": run.get("epochs_run"),
+            "best_epoch": run.get("best_epoch"),
+            "seconds_per_epoch": (run["train_lib_wall_seconds"] / run["epochs_run"]
+                                  if run.get("train_lib_wall_seconds") else None),
+            "peak_rss_mb": run.get("peak_rss_mb"),
+            "test": {n: graph_metric(kind, np.asarray(scores[n], float), rt)
+                     for n, rt in runtimes.items()}})
+    return out
+
+
+def summarize(runs: list[dict]) -> dict:
+    """Mean over graphs of the seed-averaged metric with its 95% interval; the seed
+    means and their spread; mean seconds per epoch and peak MB."""
+    from graphcost.eval.metrics import bootstrap_ci
+
+    names = sorted(runs[0]["test"])
+    per_graph = np.array([[r["test"][n] for n in names] for r in runs])  # (seeds, graphs)
+    mean, lo, hi = bootstrap_ci(np.nanmean(per_graph, 0))
+    seed_means = np.nanmean(per_graph, 1)
+    sec = [r["seconds_per_epoch"] for r in runs if r.get("seconds_per_epoch") is not None]
+    mb = [r["peak_rss_mb"] for r in runs if r.get("peak_rss_mb") is not None]
+    return {"graphs": names, "per_graph": np.nanmean(per_graph, 0).tolist(), "mean": mean,
+            "lo": lo, "hi": hi, "seeds": [r["seed"] for r in runs],
+            "seed_means": seed_means.tolist(), "spread": [float(seed_means.min()),
+                                                          float(seed_means.max())],
+            "epochs_run": [r["epochs_run"] for r in runs],
+            "seconds_per_epoch": float(np.mean(sec)) if sec else None,
+            "peak_rss_mb": float(np.max(mb)) if mb else None}
+
+
+def compare(ours: dict, official: dict) -> dict:
+    """Paired difference graphcost − official over the same graphs, and whether each
+    graphcost seed mean lies inside the official seed spread."""
+    from graphcost.eval.metrics import bootstrap_ci
+
+    assert ours["graphs"] == official["graphs"]
+    d = bootstrap_ci(np.asarray(ours["per_graph"]) - np.asarray(official["per_graph"]))
+    lo, hi = official["spread"]
+    inside = all(lo <= m <= hi for m in ours["seed_means"])
+    ratio = (official["seconds_per_epoch"] / ours["seconds_per_epoch"]
+             if ours["seconds_per_epoch"] and official["seconds_per_epoch"] else None)
+    return {"difference": list(d), "within_spread": inside,
+            "mean_within_spread": lo <= ours["mean"] <= hi, "speedup": ratio}
+
+
+def bench_baselines(root: str | Path, seeds: Sequence[int] = (0, 1, 2),
+                    collections: Sequence[str] | None = None,
+                    models: Sequence[str] | None = None, official: str | Path | None = None,
+                    jobs: int = 1, threads: int = 1,
+                    on_row: Callable[[dict], None] | None = None) -> dict:
+    """Rows (collection, model, seed) as they finish, then a summary per (collection,
+    model), side by side with the official runs when `official` is given."""
+    root = Path(root)
+    plan = [(c, m) for c, names in PLAN.items() if collections is None or c in collections
+            for m in names if models is None or m in models]
+    if not plan:
+        raise UserError(f"nothing to run: collections {list(PLAN)} with their models")
+    for c, _ in plan:
+        if not (root / "npz" / c).is_dir():
+            raise UserError(f"{root / 'npz' / c}: no such collection (--data is the folder "
+                            "holding npz/)")
+    theirs = load_official(official, root) if official is not None else {}
+    ctx = mp.get_context("spawn")
+    ours: dict[tuple[str, str], list[dict]] = {}
+    with ProcessPoolExecutor(max_workers=max(1, jobs), mp_context=ctx) as pool:
+        futures = [(c, m, pool.submit(run_one, str(root / "npz" / c), m, s, threads))
+                   for c, m in plan for s in seeds]
+        for c, m, fut in futures:
+            row = fut.result()
+            row["collection"] = c
+            ours.setdefault((c, m), []).append(row)
+            if on_row:
+                on_row(row)
+    table = []
+    for (c, m), runs in ours.items():
+        entry = {"collection": c, "model": m, "graphcost": summarize(runs)}
+        if (c, m) in theirs:
+            entry["official"] = summarize(theirs[(c, m)])
+            entry.update(compare(entry["graphcost"], entry["official"]))
+        table.append(entry)
+    return {"root": str(root), "seeds": list(seeds), "table": table}
+
+
+HEADER = f"{'collection':<20} {'model':<13} {'seed':>4} {'metric':>7} {'epochs':>6} " \
+         f"{'s/epoch':>8} {'peak MB':>8}"
+
+
+def format_row(r: dict) -> str:
+    metric = float(np.nanmean(list(r["test"].values())))
+    return (f"{r['collection']:<20} {r['model']:<13} {r['seed']:>4} {metric:>7.3f} "
+            f"{r['epochs_run']:>6} {r['seconds_per_epoch']:>8.2f} {r['peak_rss_mb']:>8.0f}")
+
+
+def _side(s: dict) -> str:
+    lo, hi = s["spread"]
+    sec = f"{s['seconds_per_epoch']:.2f}" if s["seconds_per_epoch"] is not None else "?"
+    mb = f"{s['peak_rss_mb']:.0f}" if s["peak_rss_mb"] is not None else "?"
+    return (f"{s['mean']:.3f} [{s['lo']:.3f}, {s['hi']:.3f}] seeds {lo:.3f}–{hi:.3f}, "
+            f"{sec} s/epoch, {mb} MB")
+
+
+def format_baselines(result: dict) -> str:
+    """Per (collection, model): graphcost, the official code, their paired difference."""
+    lines = ["mean over test graphs of the seed-averaged metric (layout τ, tile score), "
+             "95% interval; seed means min–max"]
+    for e in result["table"]:
+        lines.append(f"{e['collection']} {e['model']}")
+        lines.append(f"  graphcost  {_side(e['graphcost'])}")
+        if "official" in e:
+            d = e["difference"]
+            speed = f", graphcost {e['speedup']:.1f}x faster per epoch" if e["speedup"] else ""
+            lines.append(f"  official   {_side(e['official'])}")
+            lines.append(f"  graphcost − official {d[0]:+.3f} [{d[1]:+.3f}, {d[2]:+.3f}]; "
+                         f"graphcost mean inside the official seed spread: "
+                         f"{'yes' if e['mean_within_spread'] else 'no'}{speed}")
+    return "\n".join(lines)
