@@ -80,6 +80,7 @@ def run_one(data: str, model: str, seed: int, threads: int) -> dict:
     history = result["history"]
     return {"model": model, "seed": seed, "test": test, "epochs_run": len(history),
             "best_epoch": result["best_epoch"],
+            "valid_opa": [h.get("valid_opa_pooled") for h in history],
             "train_seconds_per_epoch": float(np.mean([h["seconds"] for h in history])),
             "seconds_per_epoch": wall / len(history),  # with validation and checkpoints
             "peak_rss_mb": peak_bytes() / 2**20}
@@ -107,7 +108,8 @@ def load_official(directory: str | Path, root: Path) -> dict[tuple[str, str], li
             raise UserError(f"{f}: no scores for test graphs {', '.join(missing[:3])}")
         out.setdefault((coll, name), []).append({
             "model": name, "seed": run.get("seed"), "epochs_run": run.get("epochs_run"),
-            "best_epoch": run.get("best_epoch"),
+            "best_epoch": None if run.get("best_epoch") is None else run["best_epoch"] + 1,
+            "valid_opa": [e.get("val_opa") for e in run.get("train_curve", [])],
             "seconds_per_epoch": (run["train_lib_wall_seconds"] / run["epochs_run"]
                                   if run.get("train_lib_wall_seconds") else None),
             "peak_rss_mb": run.get("peak_rss_mb"),
@@ -132,6 +134,8 @@ def summarize(runs: list[dict]) -> dict:
             "seed_means": seed_means.tolist(), "spread": [float(seed_means.min()),
                                                           float(seed_means.max())],
             "epochs_run": [r["epochs_run"] for r in runs],
+            "best_epoch": [r["best_epoch"] for r in runs],
+            "valid_opa": [r.get("valid_opa", []) for r in runs],
             "seconds_per_epoch": float(np.mean(sec)) if sec else None,
             "peak_rss_mb": float(np.max(mb)) if mb else None}
 
@@ -222,3 +226,28 @@ def format_baselines(result: dict) -> str:
                          f"graphcost mean inside the official seed spread: "
                          f"{'yes' if e['mean_within_spread'] else 'no'}{speed}")
     return "\n".join(lines)
+
+
+def plot_curves(result: dict, path: str | Path) -> Path:
+    """Validation OPA per epoch of every run, graphcost and official side by side, one
+    panel per (collection, model): do the two learn at the same pace?"""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    table = result["table"]
+    fig, axes = plt.subplots(1, len(table), figsize=(4 * len(table), 3.2), squeeze=False)
+    for ax, e in zip(axes[0], table, strict=True):
+        for side, style in (("official", "C1"), ("graphcost", "C0")):
+            for i, curve in enumerate(e.get(side, {}).get("valid_opa", [])):
+                ax.plot(range(1, len(curve) + 1), curve, style, alpha=0.7, lw=1,
+                        label=side if i == 0 else None)
+        ax.set_title(f"{e['collection']}\n{e['model']}", fontsize=9)
+        ax.set_xlabel("epoch")
+    axes[0][0].set_ylabel("validation OPA")
+    axes[0][0].legend(fontsize=8)
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+    return Path(path)

@@ -17,7 +17,7 @@ def bench() -> None:
 
 
 def _bench_table(header: str, format_row: Callable[[Any], str], summarise: Callable[[Any], str],
-                 json_path: str | None, run: Callable[[Callable[[Any], None]], Any]) -> None:
+                 json_path: str | None, run: Callable[[Callable[[Any], None]], Any]) -> Any:
     """Print a benchmark's rows as they come (`run(on_row)`), then its summary (bad
     settings raise UserError: a clean error); the result goes to `json_path` when one
     is given."""
@@ -26,6 +26,7 @@ def _bench_table(header: str, format_row: Callable[[Any], str], summarise: Calla
     click.echo("\n" + summarise(result))
     if json_path:
         write_json(result, json_path)
+    return result
 
 
 @bench.command("io")
@@ -224,14 +225,23 @@ def bench_collect_cmd(families: str, per_family: int, kinds: str, configs: int, 
               help="Folder of the official TF code's run results (see docs/baselines.md).")
 @click.option("--jobs", default=1, show_default=True, help="Runs at once.")
 @click.option("--threads", default=1, show_default=True, help="Torch threads per run.")
+@click.option("--plot", "plot_path", type=click.Path(dir_okay=False), default=None,
+              help="Also draw every run's validation OPA per epoch into this PNG.")
 @json_option
 def bench_baselines_cmd(data: str | None, seeds: str, collections: str | None,
                         models: str | None, official: str | None, jobs: int, threads: int,
-                        json_path: str | None) -> None:
+                        plot_path: str | None, json_path: str | None) -> None:
     """Each official baseline at its official settings on each bundled collection, over
     seeds: test τ / tile score with 95% intervals, s/epoch, peak MB; beside the official
     code's results on the same graphs with `--official`."""
-    from graphcost.bench.baselines import HEADER, bench_baselines, format_baselines, format_row
+    from graphcost.atomic import check_writable
+    from graphcost.bench.baselines import (
+        HEADER,
+        bench_baselines,
+        format_baselines,
+        format_row,
+        plot_curves,
+    )
     from graphcost.data.inspect import sample_root
     from graphcost.errors import UserError
 
@@ -239,6 +249,13 @@ def bench_baselines_cmd(data: str | None, seeds: str, collections: str | None,
         seed_list = [int(s) for s in comma_list(seeds)]
     except ValueError:
         raise UserError(f"--seeds expects comma-separated integers, got {seeds!r}") from None
-    _bench_table(HEADER, format_row, format_baselines, json_path, lambda on_row: bench_baselines(
-        data or sample_root(), seed_list, collections and comma_list(collections),
-        models and comma_list(models), official, jobs, threads, on_row=on_row))
+    if plot_path:
+        check_writable(plot_path)
+    result = _bench_table(HEADER, format_row, format_baselines, json_path,
+                          lambda on_row: bench_baselines(
+                              data or sample_root(), seed_list,
+                              collections and comma_list(collections),
+                              models and comma_list(models), official, jobs, threads,
+                              on_row=on_row))
+    if plot_path:
+        click.echo(f"learning curves: {plot_curves(result, plot_path)}")

@@ -156,9 +156,13 @@ def settings_help() -> dict[str, list[tuple[str, str]]]:
     """Every `--set` key with its default and meaning, by section: training settings,
     then each model's settings (what `graphcost train --help` lists)."""
     sections = {"Training settings": fields.describe(TrainSettings)}
+    recipes: dict[str, list[str]] = {}  # models that share a training recipe, listed once
     for name, spec in MODELS.items():
         sections[f"Model settings of {name}"] = fields.describe(spec.settings(**spec.defaults))
         if spec.train:
-            sections[f"Training defaults of {name}"] = [
-                (f"{k}={v!r}", "the official recipe") for k, v in spec.train.items()]
+            recipes.setdefault(repr(sorted(spec.train.items())), []).append(name)
+    for names in recipes.values():
+        recipe = MODELS[names[0]].train
+        sections[f"Training defaults of {', '.join(names)} (the official recipe)"] = [
+            (f"{k}={v!r}", "") for k, v in recipe.items()]
     return sections
