@@ -52,11 +52,12 @@ def test_graphcost_beside_the_official_spread(bundled_like):
     (entry,) = result["table"]
     ours, theirs = entry["graphcost"], entry["official"]
     assert theirs["spread"] == [-1.0, 1.0] and theirs["mean"] == pytest.approx(0.0)
-    assert -1.0 <= ours["mean"] <= 1.0 and entry["mean_within_spread"]
+    assert -1.0 <= ours["mean"] <= 1.0 and entry["mean_inside_range"]
+    assert entry["official_spread"] == 2.0 and entry["within_spread"]
     assert entry["difference"][0] == pytest.approx(ours["mean"])  # minus the official 0
     assert len(ours["valid_opa"][0]) == ours["epochs_run"][0] <= 50  # official epochs
     assert entry["speedup"] == pytest.approx(2.0 / ours["seconds_per_epoch"])
-    assert "inside the official seed spread: yes" in format_baselines(result)
+    assert "|gap| within the official seed spread (2.000): yes" in format_baselines(result)
 
 
 def test_bad_official_results_are_refused_naming_the_file(bundled_like, tmp_path):
