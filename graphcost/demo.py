@@ -62,6 +62,20 @@ class DemoSettings:
                              graphs_per_batch=self.graphs_per_batch, seed=self.seed)
 
 
+def fit_collection(settings: TrainSettings, coll: Collection,
+                   log: Callable[[str], None]) -> TrainSettings:
+    """The settings, or with min_configs=0 when they would drop every train graph (a
+    collection with fewer configs per graph than the official recipe samples), said."""
+    if settings.min_configs >= 0:
+        return settings
+    most = max((g.num_configs for g in coll.graphs("train", lazy=True)), default=0)
+    if most >= settings.configs_per_graph:
+        return settings
+    log(f"   (min_configs=0: no train graph has the {settings.configs_per_graph} configs the "
+        "official recipe samples, which would drop them all)")
+    return dataclasses.replace(settings, min_configs=0)
+
+
 def noise_ceiling(coll: Collection, split: str = "test") -> float | None:
     """The split's measured repeatability τ (graphcost.data.noise), or the collection's
     from its manifest when the files do not keep their timing rounds."""
@@ -121,7 +135,7 @@ def run_demo(out_dir: str | Path = "runs/demo", data: str | Path | None = None,
             run = out / "runs" / coll.name.replace(":", "_") / name
             log(f"== {coll.name}: training {name} "
                 f"({len(coll.files('train'))} train graphs) -> {run}")
-            train_model(coll.root, name, run, s.train_settings(name))
+            train_model(coll.root, name, run, fit_collection(s.train_settings(name), coll, log))
             results.append(evaluate_run(run, coll.root, "test", s.scatter_graphs))
     seconds = time.perf_counter() - t0
     rows_note = (f"Bundled dataset at {root}; test split; {seconds:.0f} s on this machine. "
