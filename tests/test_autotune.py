@@ -189,3 +189,22 @@ def test_cli_autotune_apply_and_bench(tiny_model, tmp_path):
     bad = CliRunner().invoke(main, ["autotune", "nosuchfamily.000", "--model", str(model_path),
                                     "--no-pin"])
     assert bad.exit_code != 0 and "zoo program" in bad.output
+
+
+def test_apply_costs_what_jit_of_the_same_tuned_program_costs():
+    """Generous bound (1.5x) on a per-call ratio: before, apply put every argument with
+    jax.device_put on each call and cost 2-5x a jit call (`graphcost bench apply`)."""
+    import jax
+
+    from graphcost.autotune import apply
+    from graphcost.bench.apply import compare_calls, moved_parameter_config
+    from graphcost.xla.programs import make_program
+
+    name, fn, args = make_program("mlp", 5)
+    config = moved_parameter_config(name, fn, args)
+    assert config is not None
+    figures = compare_calls(fn, args, config, calls=50, rounds=3)
+    assert figures["ratio"] < 1.5, figures
+    run = apply(fn, args, config)
+    placed = jax.tree.leaves(run.place(*args))
+    assert [x.format for x in placed] == list(run.compiled.input_formats[0])

@@ -66,8 +66,12 @@ def plan_of(layout: LayoutSpace, config: dict[str, Any]) -> LayoutPlan:
 def apply(fn: Callable, args: Sequence[Any], config: dict[str, Any] | str | Path) -> Callable:
     """`fn` compiled with a config's layouts and compiler options: call it like `fn`.
 
-    The compiled executable is the `compiled` attribute of the returned callable;
-    arguments are placed in the layouts the executable expects on every call.
+    The compiled executable is the `compiled` attribute of the returned callable. A call
+    hands the argument leaves straight to it, so it costs what a `jax.jit` call costs
+    (`graphcost bench apply`; placing every argument with `jax.device_put` first, as
+    this did before, cost 3-4x that on a small MLP). An argument whose layout the config
+    moved is relaid out by every call, as autotuning's timing is not: place such
+    arguments once with `place(*args)` (the `place` attribute), as the timing does.
     """
     import jax
 
@@ -76,15 +80,20 @@ def apply(fn: Callable, args: Sequence[Any], config: dict[str, Any] | str | Path
     layout = LayoutSpace(fn, tuple(args))
     plan = plan_of(layout, config)
     exe = layout.compile(plan, config.get("compiler_options") or None)
-    formats = exe.input_formats[0]
     out_tree = jax.tree.structure(jax.eval_shape(fn, *args))
+    flatten, unflatten = jax.tree.leaves, jax.tree.unflatten
 
     def compiled(*call_args: Any) -> Any:
-        leaves = jax.tree.leaves(tuple(call_args))
-        placed = [jax.device_put(x, f) for x, f in zip(leaves, formats, strict=True)]
-        return jax.tree.unflatten(out_tree, exe(*placed))
+        return unflatten(out_tree, exe(*flatten(call_args)))
+
+    def place(*call_args: Any) -> tuple:
+        """The arguments, each moved once into the layout the executable expects."""
+        leaves = [jax.device_put(x, f) for x, f in
+                  zip(flatten(call_args), exe.input_formats[0], strict=True)]
+        return tuple(unflatten(jax.tree.structure(tuple(call_args)), leaves))
 
     compiled.compiled = exe  # type: ignore[attr-defined]
+    compiled.place = place  # type: ignore[attr-defined]
     return compiled
 
 
@@ -107,6 +116,9 @@ def how_to_apply(config: dict[str, Any], path: str = "CONFIG.json") -> str:
              f"  run = apply(fn, args, {path!r})   # run(*args) is fn(*args), compiled so"]
     params = [e for e in config["layouts"] if e["kind"] == "parameter"]
     inner = [e for e in config["layouts"] if e["kind"] != "parameter"]
+    if params:
+        lines.append("  args = run.place(*args)   # once: arguments in the tuned layouts "
+                     "(else every call relays them out)")
     if params or inner or config["compiler_options"]:
         lines.append("or by hand with JAX:")
     for e in params:

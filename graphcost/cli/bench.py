@@ -259,3 +259,20 @@ def bench_baselines_cmd(data: str | None, seeds: str, collections: str | None,
                               on_row=on_row))
     if plot_path:
         click.echo(f"learning curves: {plot_curves(result, plot_path)}")
+
+
+@bench.command("apply")
+@click.option("--programs", default="mlp.005,cnn_nhwc.000,transformer.000",
+              show_default=True, help="Comma-separated zoo programs or MODULE:FUNCTION.")
+@click.option("--calls", default=200, show_default=True, help="Calls per round.")
+@click.option("--rounds", default=5, show_default=True, help="Alternating rounds.")
+@click.option("--core", type=int, default=None, help="Pin to this core.")
+@json_option
+def bench_apply_cmd(programs: str, calls: int, rounds: int, core: int | None,
+                    json_path: str | None) -> None:
+    """Per-call cost of an autotuned program (`apply`) against plain `jax.jit`."""
+    from graphcost.bench.apply import HEADER, bench_apply, format_apply, format_row
+
+    pin(core, core is None)
+    _bench_table(HEADER, format_row, format_apply, json_path, lambda on_row: bench_apply(
+        comma_list(programs), calls, rounds, on_row=on_row))

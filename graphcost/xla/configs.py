@@ -133,14 +133,16 @@ class LayoutSpace:
                 out[self.points[p].index] = Format(Layout(tuple(m2m)), sharding)
         return out
 
-    def compile(self, plan: LayoutPlan, compiler_options: dict[str, Any] | None = None):
-        """The XLA executable of the program under `plan` (raises if XLA refuses it)."""
+    def jit(self, plan: LayoutPlan, compiler_options: dict[str, Any] | None = None):
+        """`jax.jit` of the program over flat arguments under `plan` (and options)."""
         import jax
 
-        jitted = jax.jit(self.function(plan), in_shardings=self.in_shardings(plan),
-                         keep_unused=True)
-        lowered = jitted.lower(*self.leaves)
-        return lowered.compile(compiler_options) if compiler_options else lowered.compile()
+        return jax.jit(self.function(plan), in_shardings=self.in_shardings(plan),
+                       keep_unused=True, compiler_options=compiler_options or None)
+
+    def compile(self, plan: LayoutPlan, compiler_options: dict[str, Any] | None = None):
+        """The XLA executable of the program under `plan` (raises if XLA refuses it)."""
+        return self.jit(plan, compiler_options).lower(*self.leaves).compile()
 
     def features(self, plan: LayoutPlan, points: Sequence[int]) -> np.ndarray:
         """(len(points), 18) float32: the plan's layouts of those points, -1 = default."""
