@@ -131,22 +131,32 @@ def test_autotune_end_to_end_report_is_consistent(tiny_model, tmp_path):
     assert len(r.arm("model")) == k and len(r.arm("random")) == k
     assert len({json.dumps(x.config, sort_keys=True) for x in m}) == len(m)  # timed once each
     ok = [x for x in m if x.ok]
-    # the figures are ratios of the reported runtimes
-    assert r.default_ns == m[0].median_ns and r.chosen_ns == m[r.chosen].median_ns
+    # chosen: the fastest in the selection round of the model's top K and the default;
+    # the random arm's best likewise
+    model_or_default = [x.runtime_ns for x in ok if {"model", "default"} & set(x.arms)]
+    assert m[r.chosen].runtime_ns == min(model_or_default)
+    assert m[r.random_best].runtime_ns == min(
+        x.runtime_ns for x in ok if {"random", "default"} & set(x.arms))
+    assert r.config == m[r.chosen].config
+    assert r.selection["speedup_vs_default"] == pytest.approx(
+        m[0].runtime_ns / m[r.chosen].runtime_ns)
+    # the reported figures come from the confirmation round, not the selection round:
+    # ratios of its geometric means, inside their own intervals
+    assert r.confirm_rounds == 5
     assert r.speedup_vs_default == pytest.approx(r.default_ns / r.chosen_ns)
     assert r.speedup_vs_random == pytest.approx(r.random_best_ns / r.chosen_ns)
-    # chosen: the fastest measured of the model's top K and the default
-    model_or_default = [x.median_ns for x in ok if {"model", "default"} & set(x.arms)]
-    assert r.chosen_ns == min(model_or_default)
-    assert r.random_best_ns == min(x.median_ns for x in ok if {"random", "default"} & set(x.arms))
-    assert r.config == m[r.chosen].config
+    for value, (lo, hi) in ((r.speedup_vs_default, r.speedup_vs_default_ci),
+                            (r.speedup_vs_random, r.speedup_vs_random_ci)):
+        assert lo <= value <= hi
+    if r.chosen == 0:  # the default won: one config, confirmed against itself
+        assert r.speedup_vs_default == 1.0 and r.speedup_vs_default_ci == (1.0, 1.0)
     top1 = next(x for x in m if x.model_rank == 0)
     assert "model" in top1.arms
-    assert math.isnan(r.top1_speedup) or r.top1_speedup == pytest.approx(
-        r.default_ns / top1.median_ns)
+    assert math.isnan(r.selection["top1_speedup"]) or r.selection["top1_speedup"] == \
+        pytest.approx(m[0].runtime_ns / top1.runtime_ns)
     assert sorted(x.model_rank for x in r.arm("model")) == list(range(k))
     # τ recomputes from the measured list
-    tau = kendall_tau(np.array([x.score for x in ok]), np.array([x.median_ns for x in ok]))
+    tau = kendall_tau(np.array([x.score for x in ok]), np.array([x.runtime_ns for x in ok]))
     assert (math.isnan(tau) and math.isnan(r.tau)) or r.tau == pytest.approx(tau)
     # the search never returned anything worse than its best sample
     assert r.search["best_score"] <= r.search["best_sampled_score"]
@@ -189,6 +199,20 @@ def test_cli_autotune_apply_and_bench(tiny_model, tmp_path):
     bad = CliRunner().invoke(main, ["autotune", "nosuchfamily.000", "--model", str(model_path),
                                     "--no-pin"])
     assert bad.exit_code != 0 and "zoo program" in bad.output
+
+
+def test_speedup_interval_is_a_t_interval_over_rounds_of_log_ratios():
+    from scipy import stats
+
+    from graphcost.autotune.tune import ratio_interval
+
+    slow, fast = [110.0, 120.0, 100.0, 130.0], [100.0, 100.0, 100.0, 100.0]
+    d = np.log(np.array(slow) / 100.0)
+    half = stats.t.ppf(0.975, 3) * d.std(ddof=1) / 2.0
+    got = ratio_interval(slow, fast)
+    assert got == pytest.approx((np.exp(d.mean()), np.exp(d.mean() - half),
+                                 np.exp(d.mean() + half)))
+    assert ratio_interval([5.0, 5.0], [5.0, 5.0]) == (1.0, 1.0, 1.0)
 
 
 def test_apply_costs_what_jit_of_the_same_tuned_program_costs():

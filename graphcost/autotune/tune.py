@@ -9,21 +9,29 @@ A layout model scores layout plans, a tile model option configs (a tile model is
 taken to be trained on an `options:cpu` collection: both are 24 graph-level floats).
 
 What is measured and reported (DESIGN §7 protocol: compile every config first, then
-time round-robin, median of `runs`; pinned to `core` when given):
-- the default, the K best configs by model score (the *model arm*) and K configs drawn
-  at random from the sampled pool, the default excluded (the *random arm*: random
-  search with the same measurement budget). A config in both arms is timed once.
-- chosen = the fastest measured of the model arm and the default, so autotuning never
-  picks a config measured slower than the default; the random arm gets the same
-  fallback: `speedup_vs_random` = fastest(random arm + default) / chosen.
-- `top1_speedup` = default / the model's first pick: the model alone, no measurement.
-- Kendall τ between model scores and medians over every config measured ok.
+time in rounds of fresh random order, each config's runtime the protocol's statistic,
+the minimum by default; pinned to `core` when given):
+- selection round: the default, the K best configs by model score (the *model arm*) and
+  K configs drawn at random from the sampled pool, the default excluded (the *random
+  arm*: random search with the same measurement budget). A config in both arms is timed
+  once. chosen = the fastest of the model arm and the default, so autotuning never picks
+  a config measured slower than the default; the random arm gets the same fallback:
+  its best = the fastest of the random arm and the default.
+- confirmation round: the default, the chosen config and the random arm's best are
+  compiled and timed again, together, in `confirm_rounds` fresh rounds. The reported
+  speed-ups come from it alone, with 95% intervals over its rounds: the selection round
+  picked the winner partly by its luck in that round, so its figures flatter the winner
+  (selection figures stay in `selection`, labelled as such).
+- `selection["top1_speedup"]` = default / the model's first pick, in the selection
+  round: the model alone, no choice among measured configs.
+- Kendall τ between model scores and runtimes over every config measured ok.
 Configs that fail to compile or run, or whose outputs differ from the default's, are
 reported and left out of every minimum.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import os
 import time
 from collections.abc import Callable, Iterator, Sequence
@@ -53,6 +61,7 @@ class Measured:
     config: dict[str, Any]  # the config as `apply` takes it
     status: str = "ok"
     error: str = ""
+    runtime_ns: float = float("nan")  # the protocol's statistic: what the choice compares
     median_ns: float = float("nan")
     min_ns: float = float("nan")
     spread: float = float("nan")
@@ -72,13 +81,19 @@ class AutotuneResult:
     chosen: int  # index into `measured`
     measured: list[Measured]
     k: int
+    # the confirmation round's: geometric means over its rounds, and speed-ups with their
+    # 95% intervals (t over the rounds' log ratios)
     default_ns: float
     chosen_ns: float
-    random_best_ns: float  # fastest of the random arm and the default
+    random_best_ns: float  # the random arm's best (the fastest of it and the default)
     speedup_vs_default: float
     speedup_vs_random: float
-    top1_speedup: float  # default / the model's first pick (nan if it failed)
-    tau: float  # Kendall τ, model score vs median, over the configs measured ok
+    speedup_vs_default_ci: tuple[float, float]
+    speedup_vs_random_ci: tuple[float, float]
+    confirm_rounds: int
+    random_best: int  # index into `measured`
+    selection: dict[str, float]  # the selection round's figures: they picked the winner
+    tau: float  # Kendall τ, model score vs runtime, over the configs measured ok
     search: dict[str, Any] = field(default_factory=dict)
     scoring: dict[str, Any] = field(default_factory=dict)
     space: dict[str, Any] = field(default_factory=dict)
@@ -254,7 +269,7 @@ def scoring_rates(model: Any, graph: Any, encoded: np.ndarray, batch: int,
 def autotune(fn: Callable, args: Sequence[Any], model: Any, *, name: str | None = None,
              k: int = 5, samples: int = 1024, evaluations: int = 4096, population: int = 16,
              round_size: int = 256, protocol: Protocol | None = None, seed: int = 0,
-             core: int | None = None, compare_cache: bool = True,
+             core: int | None = None, compare_cache: bool = True, confirm_rounds: int = 5,
              log: Callable[[str], Any] | None = None) -> AutotuneResult:
     """Autotune `fn(*args)` with `model` (a `Model` or a saved model's path).
 
@@ -265,6 +280,9 @@ def autotune(fn: Callable, args: Sequence[Any], model: Any, *, name: str | None 
     """
     if k < 1:
         raise UserError(f"k must be at least 1, got {k}")
+    if confirm_rounds < 2:
+        raise UserError(f"confirm_rounds must be at least 2 (an interval needs two rounds), "
+                        f"got {confirm_rounds}")
     say = log or (lambda _msg: None)
     protocol = protocol or Protocol()
     from graphcost.models.model import as_model  # torch only once this runs
@@ -301,10 +319,64 @@ def autotune(fn: Callable, args: Sequence[Any], model: Any, *, name: str | None 
     rank = np.empty(len(res.scores), dtype=np.int64)
     rank[res.order()] = np.arange(len(res.scores))
     measured = [Measured(arms[j], int(rank[i]), float(res.scores[i]),
-                         t.config_json(res.configs[i]), r.status, r.error, r.median_ns,
-                         r.min_ns, r.spread)
+                         t.config_json(res.configs[i]), r.status, r.error, r.runtime_ns,
+                         r.median_ns, r.min_ns, r.spread)
                 for j, (i, r) in enumerate(zip(chosen_ids, results, strict=True))]
-    return summarize(t, measured, k, res, scoring, protocol, secs)
+    picks = choose(t, measured)
+    say(f"confirming: default, chosen #{picks['chosen']} and the random arm's best "
+        f"#{picks['random_best']} timed again in {confirm_rounds} fresh rounds")
+    t0 = time.perf_counter()
+    confirmed = confirm(t, {arm: res.configs[chosen_ids[i]] for arm, i in picks.items()},
+                        dataclasses.replace(protocol, rounds=confirm_rounds), core)
+    secs["confirm_s"] = time.perf_counter() - t0
+    return summarize(t, measured, k, res, scoring, protocol, secs, picks, confirmed)
+
+
+def choose(t: Tunable, measured: list[Measured]) -> dict[str, int]:
+    """The selection round's picks (indices into `measured`): the default, the chosen
+    config (fastest of the model arm and the default) and the random arm's best."""
+    if not measured[0].ok:
+        raise RuntimeError(f"{t.name}: the default config failed ({measured[0].status}: "
+                           f"{measured[0].error})")
+
+    def fastest(names: tuple[str, ...]) -> int:
+        ok = [i for i, m in enumerate(measured) if m.ok and set(m.arms) & set(names)]
+        return min(ok, key=lambda i: (measured[i].runtime_ns, i))
+
+    return {"default": 0, "chosen": fastest(("model", "default")),
+            "random_best": fastest(("random", "default"))}
+
+
+def confirm(t: Tunable, configs: dict[str, Config], protocol: Protocol,
+            core: int | None) -> dict[str, list[float]]:
+    """Each named config's runtime in every round of a fresh measurement of just these
+    (a config named twice is timed once)."""
+    keys = list(dict.fromkeys(t.configs.key(c) for c in configs.values()))
+    by_key = {t.configs.key(c): c for c in configs.values()}
+    results = measure(t, [by_key[key] for key in keys], protocol, core)
+    out = {}
+    for arm, c in configs.items():
+        r = results[keys.index(t.configs.key(c))]
+        if not r.ok:
+            raise RuntimeError(f"{t.name}: the {arm} config measured ok in the selection "
+                               f"round failed in the confirmation round ({r.status}: "
+                               f"{r.error})")
+        out[arm] = list(r.rounds_ns)
+    return out
+
+
+def ratio_interval(slow: Sequence[float], fast: Sequence[float],
+                   level: float = 0.95) -> tuple[float, float, float]:
+    """slow/fast as the geometric mean of per-round ratios, with a t interval over the
+    rounds' log ratios (rounds pair up: both configs were timed in each)."""
+    from scipy import stats
+
+    d = np.log(np.asarray(slow, float)) - np.log(np.asarray(fast, float))
+    mean = float(d.mean())
+    if d.size < 2 or np.all(d == d[0]):
+        return float(np.exp(mean)), float(np.exp(mean)), float(np.exp(mean))
+    half = float(stats.t.ppf(0.5 + level / 2, d.size - 1) * d.std(ddof=1) / np.sqrt(d.size))
+    return float(np.exp(mean)), float(np.exp(mean - half)), float(np.exp(mean + half))
 
 
 def _measurement_plan(t: Tunable, res: SearchResult, initial: Sequence[Config], k: int,
@@ -328,30 +400,28 @@ def _measurement_plan(t: Tunable, res: SearchResult, initial: Sequence[Config], 
 
 
 def summarize(t: Tunable, measured: list[Measured], k: int, res: SearchResult,
-              scoring: dict[str, Any], protocol: Protocol,
-              seconds: dict[str, float]) -> AutotuneResult:
-    """The figures, computed from `measured` alone (so they can be checked against it)."""
-    default = measured[0]
-    if not default.ok:
-        raise RuntimeError(f"{t.name}: the default config failed ({default.status}: "
-                           f"{default.error})")
-
-    def fastest(names: tuple[str, ...]) -> int:
-        ok = [i for i, m in enumerate(measured) if m.ok and set(m.arms) & set(names)]
-        return min(ok, key=lambda i: (measured[i].median_ns, i))
-
-    chosen = fastest(("model", "default"))
-    random_best = fastest(("random", "default"))
+              scoring: dict[str, Any], protocol: Protocol, seconds: dict[str, float],
+              picks: dict[str, int], confirmed: dict[str, list[float]]) -> AutotuneResult:
+    """The figures, computed from `measured` and the confirmation rounds alone (so they
+    can be checked against them)."""
     top1 = next(m for m in measured if m.model_rank == 0)  # the model's first pick
     ok = [m for m in measured if m.ok]
+    ns = {arm: float(np.exp(np.mean(np.log(v)))) for arm, v in confirmed.items()}
+    vs_default = ratio_interval(confirmed["default"], confirmed["chosen"])
+    vs_random = ratio_interval(confirmed["random_best"], confirmed["chosen"])
+    sel = {arm: measured[i].runtime_ns for arm, i in picks.items()}
     return AutotuneResult(
-        program=t.name, kind=t.configs.kind, config=measured[chosen].config, chosen=chosen,
-        measured=measured, k=k, default_ns=default.median_ns,
-        chosen_ns=measured[chosen].median_ns, random_best_ns=measured[random_best].median_ns,
-        speedup_vs_default=default.median_ns / measured[chosen].median_ns,
-        speedup_vs_random=measured[random_best].median_ns / measured[chosen].median_ns,
-        top1_speedup=default.median_ns / top1.median_ns if top1.ok else float("nan"),
-        tau=kendall_tau(np.array([m.score for m in ok]), np.array([m.median_ns for m in ok])),
+        program=t.name, kind=t.configs.kind, config=measured[picks["chosen"]].config,
+        chosen=picks["chosen"], measured=measured, k=k, default_ns=ns["default"],
+        chosen_ns=ns["chosen"], random_best_ns=ns["random_best"],
+        speedup_vs_default=vs_default[0], speedup_vs_random=vs_random[0],
+        speedup_vs_default_ci=vs_default[1:], speedup_vs_random_ci=vs_random[1:],
+        confirm_rounds=len(confirmed["default"]), random_best=picks["random_best"],
+        selection={"speedup_vs_default": sel["default"] / sel["chosen"],
+                   "speedup_vs_random": sel["random_best"] / sel["chosen"],
+                   "top1_speedup": (sel["default"] / top1.runtime_ns if top1.ok
+                                    else float("nan"))},
+        tau=kendall_tau(np.array([m.score for m in ok]), np.array([m.runtime_ns for m in ok])),
         search=res.summary(), scoring=scoring,
         space={"kind": t.configs.kind, "units": len(t.configs.units),
                "size": float(t.configs.size()), "graph_nodes": int(t.hlo.node_feat.shape[0]),
@@ -371,19 +441,25 @@ def format_result(r: AutotuneResult) -> str:
         lines.append(f"scoring: {sc['cached_per_s']:.0f} candidates/s with the graph cache, "
                      f"{sc['uncached_per_s']:.0f}/s without ({sc['speedup']}x; batches of "
                      f"{sc['batch']}, max score difference {sc['max_abs_diff']:.2g})")
-    lines.append(f"{'#':>3} {'arms':16} {'rank':>6} {'score':>9} {'median us':>10} "
-                 f"{'min us':>9} {'spread':>7} {'vs default':>10}")
+    lines.append(f"selection round: {'#':>3} {'arms':16} {'rank':>6} {'score':>9} "
+                 f"{'runtime us':>10} {'median us':>10} {'spread':>7} {'vs default':>10}")
+    default = r.measured[0].runtime_ns
     for i, m in enumerate(r.measured):
         mark = "*" if i == r.chosen else " "
+        head = f"{'':16} {i:>3}{mark}{'+'.join(m.arms):16} {m.model_rank:>6} {m.score:>9.4f}"
         if m.ok:
-            lines.append(f"{i:>3}{mark}{'+'.join(m.arms):16} {m.model_rank:>6} {m.score:>9.4f} "
-                         f"{m.median_ns / 1e3:>10.1f} {m.min_ns / 1e3:>9.1f} {m.spread:>7.3f} "
-                         f"{r.default_ns / m.median_ns:>9.3f}x")
+            lines.append(f"{head} {m.runtime_ns / 1e3:>10.1f} {m.median_ns / 1e3:>10.1f} "
+                         f"{m.spread:>7.3f} {default / m.runtime_ns:>9.3f}x")
         else:
-            lines.append(f"{i:>3}{mark}{'+'.join(m.arms):16} {m.model_rank:>6} {m.score:>9.4f} "
-                         f"FAILED {m.status}: {m.error[:60]}")
-    lines.append(f"chosen #{r.chosen}: {r.speedup_vs_default:.3f}x vs default, "
-                 f"{r.speedup_vs_random:.3f}x vs best of {r.k} random (+default), "
-                 f"model top-1 {r.top1_speedup:.3f}x vs default; Kendall tau on "
+            lines.append(f"{head} FAILED {m.status}: {m.error[:60]}")
+    lo, hi = r.speedup_vs_default_ci
+    rlo, rhi = r.speedup_vs_random_ci
+    lines.append(f"confirmed in {r.confirm_rounds} fresh rounds: chosen #{r.chosen} "
+                 f"{r.speedup_vs_default:.3f}x [{lo:.3f}, {hi:.3f}] vs default, "
+                 f"{r.speedup_vs_random:.3f}x [{rlo:.3f}, {rhi:.3f}] vs the best of {r.k} "
+                 f"random (#{r.random_best}); 95% intervals over the rounds")
+    lines.append(f"selection round (picked the winner, so it flatters it): "
+                 f"{r.selection['speedup_vs_default']:.3f}x vs default, model top-1 "
+                 f"{r.selection['top1_speedup']:.3f}x; Kendall tau on "
                  f"{sum(m.ok for m in r.measured)} measured: {r.tau:.3f}")
     return "\n".join(lines)

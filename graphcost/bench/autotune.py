@@ -124,6 +124,13 @@ def programs_to_tune(model_info: dict[str, Any], per_family: int = 1,
     return held_out_programs(seen, per_family, families or None)
 
 
+def geomean_ci(x: Sequence[float]) -> list[float]:
+    """Geometric mean of speed-ups with a 95% t interval over them (log scale)."""
+    from graphcost.autotune.tune import ratio_interval
+
+    return list(ratio_interval(x, np.ones(len(x)))) if len(x) else [float("nan")] * 3
+
+
 def geomean(x: Sequence[float]) -> float:
     """Geometric mean of the finite positive values: speed-ups multiply."""
     v = np.asarray([a for a in x if np.isfinite(a) and a > 0], dtype=np.float64)
@@ -133,8 +140,10 @@ def geomean(x: Sequence[float]) -> float:
 def bench_autotune(programs: Sequence[str], model: Any, model_info: dict[str, Any], k: int = 5,
                    samples: int = 1024, evaluations: int = 4096,
                    protocol: Protocol | None = None, seed: int = 0, core: int | None = None,
+                   confirm_rounds: int = 5,
                    log: Callable[[str], Any] | None = None) -> dict[str, Any]:
-    """Autotune each program; per-program figures and their geometric means."""
+    """Autotune each program; per-program figures (from each program's confirmation
+    round) and their geometric means with 95% intervals over programs."""
     say = log or (lambda _msg: None)
     rows = []
     for spec in programs:
@@ -142,7 +151,8 @@ def bench_autotune(programs: Sequence[str], model: Any, model_info: dict[str, An
         name, fn, args = make_program(family, int(index))
         try:
             r = autotune(fn, args, model, name=name, k=k, samples=samples,
-                         evaluations=evaluations, protocol=protocol, seed=seed, core=core)
+                         evaluations=evaluations, protocol=protocol, seed=seed, core=core,
+                         confirm_rounds=confirm_rounds)
         except (ValueError, RuntimeError) as e:  # no configurable point; default failed
             say(f"{name}: skipped ({e})")
             rows.append({"program": name, "skipped": str(e)})
@@ -152,7 +162,10 @@ def bench_autotune(programs: Sequence[str], model: Any, model_info: dict[str, An
                "failed": sum(not m.ok for m in r.measured), "default_us": r.default_ns / 1e3,
                "chosen_us": r.chosen_ns / 1e3, "random_best_us": r.random_best_ns / 1e3,
                "speedup_vs_default": r.speedup_vs_default,
-               "speedup_vs_random": r.speedup_vs_random, "top1_speedup": r.top1_speedup,
+               "speedup_vs_default_ci": list(r.speedup_vs_default_ci),
+               "speedup_vs_random": r.speedup_vs_random,
+               "speedup_vs_random_ci": list(r.speedup_vs_random_ci),
+               "top1_speedup": r.selection["top1_speedup"],
                "tau": r.tau, "evaluations": r.search["evaluations"],
                "spread": max(r.measured[0].spread, r.measured[r.chosen].spread),
                "search_per_s": r.scoring.get("search_candidates_per_s"),
@@ -161,14 +174,14 @@ def bench_autotune(programs: Sequence[str], model: Any, model_info: dict[str, An
                "seconds": sum(r.seconds.values())}
         rows.append(row)
         say(f"{name}: {r.speedup_vs_default:.3f}x vs default, {r.speedup_vs_random:.3f}x vs "
-            f"random-{k}, top-1 {r.top1_speedup:.3f}x, tau {r.tau:.3f}, "
+            f"random-{k} (confirmed), top-1 {row['top1_speedup']:.3f}x, tau {r.tau:.3f}, "
             f"{row['cached_per_s']} cand/s cached vs {row['uncached_per_s']} uncached")
     done = [r for r in rows if "skipped" not in r]
     taus = [r["tau"] for r in done if not math.isnan(r["tau"])]
     summary = {
         "programs": len(done), "skipped": len(rows) - len(done), "k": k,
-        "geomean_speedup_vs_default": geomean([r["speedup_vs_default"] for r in done]),
-        "geomean_speedup_vs_random": geomean([r["speedup_vs_random"] for r in done]),
+        "geomean_speedup_vs_default": geomean_ci([r["speedup_vs_default"] for r in done]),
+        "geomean_speedup_vs_random": geomean_ci([r["speedup_vs_random"] for r in done]),
         "geomean_top1_speedup": geomean([r["top1_speedup"] for r in done]),
         "mean_tau": float(np.mean(taus)) if taus else float("nan"),
         "cached_per_s": float(np.mean([r["cached_per_s"] for r in done])) if done else None,
@@ -198,9 +211,11 @@ def format_bench(result: dict[str, Any]) -> str:
     s = result["summary"]
     if not s["programs"]:
         return "\n".join(lines + ["no program could be tuned"])
-    lines.append(f"{s['programs']} programs (k={s['k']}): geomean "
-                 f"{s['geomean_speedup_vs_default']:.3f}x vs default, "
-                 f"{s['geomean_speedup_vs_random']:.3f}x vs best of {s['k']} random (+default), "
+    d, r_ = s["geomean_speedup_vs_default"], s["geomean_speedup_vs_random"]
+    lines.append(f"{s['programs']} programs (k={s['k']}), confirmation rounds: geomean "
+                 f"{d[0]:.3f}x [{d[1]:.3f}, {d[2]:.3f}] vs default, "
+                 f"{r_[0]:.3f}x [{r_[1]:.3f}, {r_[2]:.3f}] vs best of {s['k']} random "
+                 "(+default), 95% intervals over programs; selection round "
                  f"model top-1 {s['geomean_top1_speedup']:.3f}x; mean tau {s['mean_tau']:.3f}; "
                  f"{s['cached_per_s']:.0f} candidates/s cached vs {s['uncached_per_s']:.0f} "
                  "uncached")

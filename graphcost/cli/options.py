@@ -53,4 +53,7 @@ def autotune_options(f: Callable) -> Callable:
                      help="Pin to this core (default: the first one allowed).")(f)
     f = click.option("--no-pin", is_flag=True, help="Do not pin (timings drift more).")(f)
     f = click.option("--seed", default=0, show_default=True)(f)
+    f = click.option("--confirm-rounds", default=5, show_default=True,
+                     help="Fresh rounds re-timing the default, the chosen and the best "
+                          "random config: the reported speed-ups and intervals.")(f)
     return f
