@@ -41,8 +41,10 @@ class GraphTensors:
     runtime: np.ndarray  # (c,) what metrics rank: normalized runtime (tile), runtime (layout)
     graph: Graph
     tile_configs: Tensor | None = None  # (c, config_dim) transformed tile configs
-    config_dims: Tensor | None = None  # (nc, 6) log2 shape dims of configurable nodes
-    config_default: Tensor | None = None  # (nc, 6) their layout in the graph (−1 padded)
+    # (nc, 3, 6) log2 shape dims of each configurable node's output, input and kernel
+    # tensor (`role_nodes`), and (nc, 3, 6) their layouts in the graph (−1 padded)
+    config_dims: Tensor | None = None
+    config_default: Tensor | None = None
     layout_config: Callable[[np.ndarray], np.ndarray] | None = None  # layout config transform
     # (2m,) bool: True for an edge in the file's direction (npz column 0 → column 1)
     edge_forward: Tensor | None = None
@@ -65,6 +67,26 @@ class GraphTensors:
         return torch.from_numpy(configs)
 
 
+def role_nodes(graph: Graph) -> np.ndarray:
+    """(nc, 3) the node whose tensor each layout role of a configurable node lays out:
+    output (the node itself), input and kernel (its first and second operands, in the
+    order of its edges; the node itself when it has fewer). Each role's 6 config
+    entries name dimensions of that tensor, so their sizes come from its shape."""
+    cfg = np.asarray(graph.node_config_ids, dtype=np.int64)
+    out = np.repeat(cfg[:, None], 3, axis=1)
+    edges = np.asarray(graph.edge_index, dtype=np.int64).reshape(-1, 2)
+    row = np.full(graph.node_feat.shape[0], -1, dtype=np.int64)
+    row[cfg] = np.arange(cfg.size)
+    mine = np.flatnonzero(row[edges[:, 0]] >= 0)  # u consumes v: edges out of config nodes
+    who = row[edges[mine, 0]]
+    order = np.argsort(who, kind="stable")  # operand order kept within each node
+    who, operand = who[order], edges[mine[order], 1]
+    rank = np.arange(who.size) - np.searchsorted(who, who)
+    first_two = rank < 2
+    out[who[first_two], rank[first_two] + 1] = operand[first_two]
+    return out
+
+
 def graph_tensors(graph: Graph, transform) -> GraphTensors:
     """Apply a fitted FeatureTransform and make edges undirected (both directions)."""
     e = torch.as_tensor(graph.edge_index, dtype=torch.long).reshape(-1, 2).t()
@@ -79,8 +101,8 @@ def graph_tensors(graph: Graph, transform) -> GraphTensors:
                     ", ".join(map(str, ids[:5])) + (", …" if len(ids) > 5 else ""))
         opcode = torch.where(unknown, 0, opcode)
     tile = isinstance(graph, TileGraph)
-    at = np.zeros((0, 140), np.float32) if tile else repad_layout(
-        graph.node_feat[graph.node_config_ids])
+    roles = np.zeros((0, 3), np.int64) if tile else role_nodes(graph)
+    at = repad_layout(graph.node_feat)[roles]  # (nc, 3, 140)
     return GraphTensors(
         name=graph.name, kind=graph.kind,
         x=torch.from_numpy(transform.node(graph.node_feat)), opcode=opcode,
@@ -90,8 +112,8 @@ def graph_tensors(graph: Graph, transform) -> GraphTensors:
         runtime=np.asarray(graph.target, dtype=np.float64),
         graph=graph,
         tile_configs=torch.from_numpy(transform.tile_config(graph.config_feat)) if tile else None,
-        config_dims=torch.from_numpy(np.log2(np.maximum(at[:, 21:27], 1.0)).astype(np.float32)),
-        config_default=torch.from_numpy(at[:, 134:140].astype(np.int64)),
+        config_dims=torch.from_numpy(np.log2(np.maximum(at[..., 21:27], 1.0)).astype(np.float32)),
+        config_default=torch.from_numpy(at[..., 134:140].astype(np.int64)),
         layout_config=None if tile or transform.layout_config_columns is None
         else transform.layout_config,
     )
@@ -113,8 +135,8 @@ class Batch:
     config: Tensor
     config_nodes: Tensor  # (K,)
     config_graph: Tensor  # (K,) graph of each configurable node; B in a halo
-    config_dims: Tensor  # (K, 6) log2 shape dims of each configurable node (layout)
-    config_default: Tensor  # (K, 6) the graph's own layout of each (−1 padded)
+    config_dims: Tensor  # (K, 3, 6) log2 shape dims of each role's tensor (layout)
+    config_default: Tensor  # (K, 3, 6) the graph's own layouts of them (−1 padded)
     mask: Tensor  # (B, C) bool
     runtime: Tensor | None = None  # (B, C) float32, for losses
     edge_forward: Tensor | None = None  # (E,) bool, edges in the file's direction

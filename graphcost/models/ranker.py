@@ -12,7 +12,8 @@ Pipeline for a layout graph (the tile variant differs only where noted):
    a layout does physically is put a dimension of some size minor-most.
    Tile: configs are graph-level, so the graph is encoded once (N, d) and the config
    joins after pooling, MLP([pool ‖ MLP(cfg)]).
-4. A residual GNN stack: h ← h + GELU(SAGEConv(LayerNorm(h))), `layers` times.
+4. A residual GNN stack: h ← h + GELU(SAGEConv(LayerNorm(h))), `layers` times, with
+   separate weights for messages from operands and from users (`DirectedSAGEConv`).
 5. Pooling: [mean ‖ max over all nodes ‖ mean over configurable nodes] → d.
 6. Cross-configuration attention: each config's embedding attends to the other
    configs of its graph (a pre-norm transformer block, `attn_layers` of them), so the
@@ -64,6 +65,7 @@ class RankerSettings:
     ref_configs: int = 32  # reference set size at prediction (≈ configs per graph in training)
     segment_size: int = 0  # layout: encode in segments of ~this many nodes (GST); 0: whole graph
     segment_halo: int = -1  # hops of context around a segment; −1: `layers` (exact node states)
+    directed: bool = True  # separate weights for operand → user and user → operand messages
 
 
 def reference_ids(num_configs: int, size: int) -> np.ndarray:
@@ -80,16 +82,46 @@ LAYOUT_FEATURES = 18 * LAYOUT_VALUES + 18
 def layout_features(config: Tensor, dims: Tensor, default: Tensor) -> Tensor:
     """Per-node layout config features for the ranker.
 
-    config (C, K, 18) raw entries, dims (K, 6) log2 shape dims and default (K, 6) the
-    node's layout in the graph → (C, K, LAYOUT_FEATURES): the one-hot of each entry
-    and log2(size) of the dimension it names, where an entry of −1 (compiler default)
-    names the dimension of the graph's own layout at that position (0 past the rank).
+    config (C, K, 18) raw entries (output, input, kernel: 6 each), dims (K, 3, 6) log2
+    shape dims of each role's tensor and default (K, 3, 6) its layout in the graph →
+    (C, K, LAYOUT_FEATURES): the one-hot of each entry and log2(size) of the dimension
+    it names in its own role's tensor (the input's entries name the node's first
+    operand's dimensions, the kernel's its second's), where an entry of −1 (compiler
+    default) names the dimension of the graph's own layout at that position (0 past
+    the rank).
     """
     v = config.round().long().clamp(-1, 5)
     onehot = nn.functional.one_hot(v + 1, LAYOUT_VALUES).flatten(-2).to(dims.dtype)
-    eff = torch.where(v >= 0, v, default.repeat(1, 3).unsqueeze(0))
-    size = torch.gather(dims.unsqueeze(0).expand(v.shape[0], -1, -1), 2, eff.clamp(min=0))
-    return torch.cat([onehot, size * (eff >= 0)], dim=-1)
+    v = v.unflatten(-1, (3, 6))  # (C, K, 3, 6)
+    eff = torch.where(v >= 0, v, default.unsqueeze(0))
+    size = torch.gather(dims.unsqueeze(0).expand(v.shape[0], -1, -1, -1), 3, eff.clamp(min=0))
+    return torch.cat([onehot, (size * (eff >= 0)).flatten(-2)], dim=-1)
+
+
+class DirectedSAGEConv(nn.Module):
+    r"""GraphSAGE with a weight per edge direction:
+
+    .. math:: h'_v = W_0 h_v + W_1\,\mathrm{mean}_{u \in \mathrm{users}(v)} h_u
+              + W_2\,\mathrm{mean}_{u \in \mathrm{operands}(v)} h_u + b
+
+    A producer hears its consumers through W_1 and a consumer its operands through
+    W_2, so a message says which way along the dataflow it came (one undirected
+    SAGEConv mixes the two). `forward` marks the edges in the file's direction (a
+    consumer → its operand, DESIGN §1) in an `edge_index` holding both directions.
+    """
+
+    def __init__(self, d: int):
+        super().__init__()
+        self.users = SAGEConv(d, d)  # with the root weight W_0
+        self.operands = SAGEConv(d, d, root_weight=False, bias=False)
+
+    def reset_parameters(self) -> None:
+        self.users.reset_parameters()
+        self.operands.reset_parameters()
+
+    def forward(self, x: Tensor, edge_index: Tensor, forward: Tensor) -> Tensor:
+        return (self.users(x, edge_index[:, forward])
+                + self.operands(x, edge_index[:, ~forward]))
 
 
 class CrossConfigAttention(nn.Module):
@@ -149,16 +181,20 @@ class Ranker(RankingNet):
         else:
             self.config_in = mlp(config_dim, d, d, s.dropout)
             self.join = mlp(2 * d + d, d, d, s.dropout)
-        self.convs = nn.ModuleList(SAGEConv(d, d) for _ in range(s.layers))
+        self.convs = nn.ModuleList((DirectedSAGEConv(d) if s.directed else SAGEConv(d, d))
+                                   for _ in range(s.layers))
         self.norms = nn.ModuleList(nn.LayerNorm(d) for _ in range(s.layers))
         self.attn = nn.ModuleList(CrossConfigAttention(d, s.heads, s.dropout)
                                   for _ in range(s.attn_layers))
         self.head = nn.Sequential(nn.LayerNorm(d), mlp(d, d, 1, s.dropout))
         self.drop = nn.Dropout(s.dropout)
 
-    def _gnn(self, h: Tensor, edge_index: Tensor) -> Tensor:
+    def _gnn(self, h: Tensor, b: Batch) -> Tensor:
+        if self.s.directed and b.edge_forward is None:
+            raise ValueError("a directed ranker needs edge directions (Batch.edge_forward)")
+        extra = (b.edge_forward,) if self.s.directed else ()
         for conv, norm in zip(self.convs, self.norms, strict=True):
-            h = h + self.drop(nn.functional.gelu(conv(norm(h), edge_index)))
+            h = h + self.drop(nn.functional.gelu(conv(norm(h), b.edge_index, *extra)))
         return h
 
     def embed(self, b: Batch) -> Tensor:
@@ -171,7 +207,7 @@ class Ranker(RankingNet):
         h0 = self.node_in(torch.cat([b.x, self.opcode(b.opcode)], dim=-1))  # (N, d)
         if self.kind == "layout":
             return h0
-        h = self._gnn(h0, b.edge_index)
+        h = self._gnn(h0, b)
         return torch.cat([mean_pool(h, b.node_graph, b.num_graphs),
                           global_max_pool(h, b.node_graph, b.num_graphs)], -1)  # (B, 2d)
 
@@ -192,7 +228,7 @@ class Ranker(RankingNet):
         at = h0[b.config_nodes].expand(c, -1, -1)  # (C, K, d)
         cfg = layout_features(config, b.config_dims, b.config_default)
         delta = self.join(torch.cat([at, cfg], dim=-1))
-        h = self._gnn(h0.expand(c, -1, -1).index_add(1, b.config_nodes, delta), b.edge_index)
+        h = self._gnn(h0.expand(c, -1, -1).index_add(1, b.config_nodes, delta), b)
         parts = [pool_own("mean", h, b.node_graph, b.num_graphs),
                  pool_own("max", h, b.node_graph, b.num_graphs),
                  pool_own("mean", h[:, b.config_nodes], b.config_graph, b.num_graphs)]

@@ -1,0 +1,64 @@
+"""What the ranker sees of a layout: each role's entries sized by that role's tensor, and
+messages that know which way along the dataflow they travel."""
+
+import numpy as np
+import torch
+
+from graphcost.formats import LayoutGraph
+from graphcost.models.base import role_nodes
+from graphcost.models.ranker import LAYOUT_VALUES, DirectedSAGEConv, layout_features
+
+
+def graph_with_operands() -> LayoutGraph:
+    """Node 3 (a dot) consumes nodes 1 and 2, in that order; node 4 consumes node 0 only.
+    Shapes: node 1 is 8×2, node 2 is 2×32, node 3 is 8×32, node 0 is 4."""
+    feat = np.zeros((5, 140), np.float32)
+    for n, shape in {0: [4], 1: [8, 2], 2: [2, 32], 3: [8, 32], 4: [4]}.items():
+        feat[n, 21:21 + len(shape)] = shape
+        feat[n, 134:134 + len(shape)] = list(range(len(shape)))[::-1]
+    return LayoutGraph(name="g", node_feat=feat, node_opcode=np.zeros(5, np.int64),
+                       edge_index=np.array([[3, 1], [4, 0], [3, 2]]),
+                       node_config_ids=np.array([3, 4]),
+                       node_config_feat=np.full((1, 2, 18), -1, np.float32),
+                       config_runtime=np.ones(1), node_splits=np.zeros(0, np.int64))
+
+
+def test_roles_are_the_node_and_its_first_two_operands():
+    assert role_nodes(graph_with_operands()).tolist() == [[3, 1, 2], [4, 0, 4]]
+
+
+def test_input_and_kernel_entries_are_sized_by_the_operands_shapes():
+    g = graph_with_operands()
+    roles = role_nodes(g)
+    dims = torch.as_tensor(np.log2(np.maximum(g.node_feat[roles][..., 21:27], 1)))
+    default = torch.full((2, 3, 6), -1, dtype=torch.long)
+    config = torch.full((1, 2, 18), -1.0)
+    config[0, 0, 0] = 1  # output: dimension 1 of the 8×32 result (32) minor-most
+    config[0, 0, 6] = 1  # input: dimension 1 of the 8×2 operand (2)
+    config[0, 0, 12] = 1  # kernel: dimension 1 of the 2×32 operand (32)
+    sizes = layout_features(config, dims, default)[0, 0, 18 * LAYOUT_VALUES:]
+    assert sizes[0] == 5 and sizes[6] == 1 and sizes[12] == 5
+    assert sizes[[1, 7, 13]].tolist() == [0, 0, 0]  # −1 with no default layout: nothing
+
+
+def test_directed_sage_gives_each_direction_its_own_weight():
+    torch.manual_seed(0)
+    conv = DirectedSAGEConv(3)
+    x = torch.randn(4, 3)
+    e = torch.tensor([[0, 0, 1], [1, 2, 3]])  # file direction: consumer → operand
+    both = torch.cat([e, e.flip(0)], 1)
+    forward = torch.arange(6) < 3
+    got = conv(x, both, forward)
+    users = {1: [0], 2: [0], 3: [1]}  # who consumes each node
+    operands = {0: [1, 2], 1: [3]}
+    want = conv.users.lin_r(x)
+    for v in range(4):
+        if v in users:
+            want[v] += conv.users.lin_l(x[users[v]].mean(0))
+        else:
+            want[v] += conv.users.lin_l.bias
+        if v in operands:
+            want[v] += conv.operands.lin_l(x[operands[v]].mean(0))
+    torch.testing.assert_close(got, want)
+    flipped = conv(x, both, ~forward)  # the same edges read the other way round
+    assert not torch.allclose(flipped, got)
