@@ -3,9 +3,12 @@
 Each step takes B graphs and hands them to the step strategy (`steps.py`,
 `segment_steps.py`), which samples C configs of each and returns the loss; `fit` does
 the rest, the same for every strategy: AdamW with parameter groups, linear warm-up and
-cosine decay, gradient clipping, validation τ / OPA / score on a fixed config subset per
-graph after every epoch, early stopping, the best weights kept, and an optional final
-phase training only the head (GST).
+cosine decay (or the official baselines' constant-rate Adam, `optim.py`), gradient
+clipping (global or per tensor), validation τ / OPA / score after every epoch on a fixed
+config subset per graph (or one drawn afresh each epoch), early stopping, the best
+weights kept, and an optional final phase training only the head (GST). A model's
+default settings are `settings.train_defaults(name)`: the official recipe for the
+official baselines.
 
 Run directory: `best.pt` (the best model, loadable with `Model.load`), `last.pt` (the
 full training state, written atomically after every epoch) and `metrics.jsonl` (one
