@@ -12,8 +12,9 @@ Pipeline for a layout graph (the tile variant differs only where noted):
    a layout does physically is put a dimension of some size minor-most.
    Tile: configs are graph-level, so the graph is encoded once (N, d) and the config
    joins after pooling, MLP([pool ‖ MLP(cfg)]).
-4. A residual GNN stack: h ← h + GELU(SAGEConv(LayerNorm(h))), `layers` times, with
-   separate weights for messages from operands and from users (`DirectedSAGEConv`).
+4. A residual GNN stack: h ← h + GELU(SAGEConv(LayerNorm(h))), `layers` times
+   (`directed=True`: separate weights for messages from operands and from users,
+   `DirectedSAGEConv`; it measured worse here, see the setting).
 5. Pooling: [mean ‖ max over all nodes ‖ mean over configurable nodes] → d.
 6. Cross-configuration attention: each config's embedding attends to the other
    configs of its graph (a pre-norm transformer block, `attn_layers` of them), so the
@@ -65,7 +66,12 @@ class RankerSettings:
     ref_configs: int = 32  # reference set size at prediction (≈ configs per graph in training)
     segment_size: int = 0  # layout: encode in segments of ~this many nodes (GST); 0: whole graph
     segment_halo: int = -1  # hops of context around a segment; −1: `layers` (exact node states)
-    directed: bool = True  # separate weights for operand → user and user → operand messages
+    # separate weights for messages from users and from operands (DirectedSAGEConv). Off:
+    # leave-family-out, 5 folds × 3 seeds, demo settings, paired over the same graphs,
+    # directed minus undirected was τ −0.027 [−0.045, −0.011] on layout:cpu:default,
+    # −0.006 [−0.019, +0.008] on layout:cpu:random, tile score +0.002 [−0.008, +0.014]
+    # on options:cpu
+    directed: bool = False
 
 
 def reference_ids(num_configs: int, size: int) -> np.ndarray:
