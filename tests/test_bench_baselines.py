@@ -53,7 +53,7 @@ def test_graphcost_beside_the_official_spread(bundled_like):
     ours, theirs = entry["graphcost"], entry["official"]
     assert theirs["spread"] == [-1.0, 1.0] and theirs["mean"] == pytest.approx(0.0)
     assert -1.0 <= ours["mean"] <= 1.0 and entry["mean_inside_range"]
-    assert entry["official_spread"] == 2.0 and entry["within_spread"]
+    assert entry["official_spread"] == 2.0 and entry["within_spread"] and entry["ranges_overlap"]
     assert entry["difference"][0] == pytest.approx(ours["mean"])  # minus the official 0
     assert len(ours["valid_opa"][0]) == ours["epochs_run"][0] <= 50  # official epochs
     assert entry["speedup"] == pytest.approx(2.0 / ours["seconds_per_epoch"])
