@@ -68,3 +68,18 @@ def test_bad_official_results_are_refused_naming_the_file(bundled_like, tmp_path
     r = CliRunner().invoke(main, ["bench", "baselines", "--data", str(root), "--collections",
                                   "options/cpu"])
     assert r.exit_code == 2 and "options/cpu: no such collection" in r.output
+
+
+def test_a_diverged_official_run_is_left_out_and_named(bundled_like, tmp_path):
+    root, official = bundled_like
+    for f in official.glob("*.json"):
+        (tmp_path / f.name).write_text(f.read_text())
+    run = json.loads((official / "run0.json").read_text())
+    run["seed"] = 2
+    run["test"] = {n: [float("nan")] * len(v) for n, v in run["test"].items()}
+    (tmp_path / "run2.json").write_text(json.dumps(run))  # json writes NaN, as TF runs do
+    from graphcost.bench.baselines import summarize
+
+    s = summarize(load_official(tmp_path, root)[("layout/cpu/default", "resgcn")])
+    assert s["diverged_seeds"] == [2] and sorted(s["seeds"]) == [0, 1]
+    assert s["mean"] == pytest.approx(0.0)

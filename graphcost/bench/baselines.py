@@ -75,9 +75,12 @@ def run_one(data: str, model: str, seed: int, threads: int) -> dict:
     with tempfile.TemporaryDirectory(prefix="bench-baselines-") as tmp:
         m, result = train_model(coll, model, tmp, settings)
     wall = time.perf_counter() - t0
-    test = {g.name: graph_metric(kind, score_graph(m, g), runtimes[g.name])
-            for g in coll.graphs("test", lazy=True)}
     history = result["history"]
+    try:
+        test = {g.name: graph_metric(kind, score_graph(m, g), runtimes[g.name])
+                for g in coll.graphs("test", lazy=True)}
+    except UserError:  # the scorer refuses NaN scores: the training diverged
+        return {"model": model, "seed": seed, "diverged": True, "epochs_run": len(history)}
     return {"model": model, "seed": seed, "test": test, "epochs_run": len(history),
             "best_epoch": result["best_epoch"],
             "valid_opa": [h.get("valid_opa_pooled") for h in history],
@@ -106,6 +109,10 @@ def load_official(directory: str | Path, root: Path) -> dict[tuple[str, str], li
         missing = sorted(set(runtimes) - set(scores))
         if missing:
             raise UserError(f"{f}: no scores for test graphs {', '.join(missing[:3])}")
+        if not all(np.isfinite(scores[n]).all() for n in runtimes):
+            out.setdefault((coll, name), []).append(
+                {"model": name, "seed": run.get("seed"), "diverged": True})
+            continue
         out.setdefault((coll, name), []).append({
             "model": name, "seed": run.get("seed"), "epochs_run": run.get("epochs_run"),
             "best_epoch": None if run.get("best_epoch") is None else run["best_epoch"] + 1,
@@ -120,9 +127,14 @@ def load_official(directory: str | Path, root: Path) -> dict[tuple[str, str], li
 
 def summarize(runs: list[dict]) -> dict:
     """Mean over graphs of the seed-averaged metric with its 95% interval; the seed
-    means and their spread; mean seconds per epoch and peak MB."""
+    means and their spread; mean seconds per epoch and peak MB. Runs whose training
+    diverged (NaN scores) are left out and listed."""
     from graphcost.eval.metrics import bootstrap_ci
 
+    diverged = [r["seed"] for r in runs if r.get("diverged")]
+    runs = [r for r in runs if not r.get("diverged")]
+    if not runs:
+        return {"diverged_seeds": diverged, "mean": float("nan")}
     names = sorted(runs[0]["test"])
     per_graph = np.array([[r["test"][n] for n in names] for r in runs])  # (seeds, graphs)
     mean, lo, hi = bootstrap_ci(np.nanmean(per_graph, 0))
@@ -137,7 +149,7 @@ def summarize(runs: list[dict]) -> dict:
             "best_epoch": [r["best_epoch"] for r in runs],
             "valid_opa": [r.get("valid_opa", []) for r in runs],
             "seconds_per_epoch": float(np.mean(sec)) if sec else None,
-            "peak_rss_mb": float(np.max(mb)) if mb else None}
+            "peak_rss_mb": float(np.max(mb)) if mb else None, "diverged_seeds": diverged}
 
 
 def compare(ours: dict, official: dict) -> dict:
@@ -194,7 +206,8 @@ def bench_baselines(root: str | Path, seeds: Sequence[int] = (0, 1, 2),
         entry = {"collection": c, "model": m, "graphcost": summarize(runs)}
         if (c, m) in theirs:
             entry["official"] = summarize(theirs[(c, m)])
-            entry.update(compare(entry["graphcost"], entry["official"]))
+            if "spread" in entry["graphcost"] and "spread" in entry["official"]:
+                entry.update(compare(entry["graphcost"], entry["official"]))
         table.append(entry)
     return {"root": str(root), "seeds": list(seeds), "table": table}
 
@@ -204,17 +217,23 @@ HEADER = f"{'collection':<20} {'model':<13} {'seed':>4} {'metric':>7} {'epochs':
 
 
 def format_row(r: dict) -> str:
+    if r.get("diverged"):
+        return f"{r['collection']:<20} {r['model']:<13} {r['seed']:>4} diverged (NaN scores)"
     metric = float(np.nanmean(list(r["test"].values())))
     return (f"{r['collection']:<20} {r['model']:<13} {r['seed']:>4} {metric:>7.3f} "
             f"{r['epochs_run']:>6} {r['seconds_per_epoch']:>8.2f} {r['peak_rss_mb']:>8.0f}")
 
 
 def _side(s: dict) -> str:
+    if "spread" not in s:
+        return f"every run diverged (seeds {s['diverged_seeds']})"
     lo, hi = s["spread"]
+    gone = (f"; diverged, left out: seed {', '.join(map(str, s['diverged_seeds']))}"
+            if s["diverged_seeds"] else "")
     sec = f"{s['seconds_per_epoch']:.2f}" if s["seconds_per_epoch"] is not None else "?"
     mb = f"{s['peak_rss_mb']:.0f}" if s["peak_rss_mb"] is not None else "?"
     return (f"{s['mean']:.3f} [{s['lo']:.3f}, {s['hi']:.3f}] seeds {lo:.3f}–{hi:.3f}, "
-            f"{sec} s/epoch, {mb} MB")
+            f"{sec} s/epoch, {mb} MB{gone}")
 
 
 def format_baselines(result: dict) -> str:
@@ -224,7 +243,9 @@ def format_baselines(result: dict) -> str:
     for e in result["table"]:
         lines.append(f"{e['collection']} {e['model']}")
         lines.append(f"  graphcost  {_side(e['graphcost'])}")
-        if "official" in e:
+        if "official" in e and "difference" not in e:
+            lines.append(f"  official   {_side(e['official'])}")
+        elif "official" in e:
             d = e["difference"]
             speed = f", graphcost {e['speedup']:.1f}x faster per epoch" if e["speedup"] else ""
             lines.append(f"  official   {_side(e['official'])}")
