@@ -266,15 +266,20 @@ def plot_curves(result: dict, path: str | Path) -> Path:
     import matplotlib.pyplot as plt
 
     table = result["table"]
-    fig, axes = plt.subplots(1, len(table), figsize=(4 * len(table), 3.2), squeeze=False)
-    for ax, e in zip(axes[0], table, strict=True):
+    cols = min(4, len(table))
+    rows = -(-len(table) // cols)
+    fig, axes = plt.subplots(rows, cols, figsize=(4 * cols, 3.2 * rows), squeeze=False)
+    for ax in axes.flat[len(table):]:
+        ax.set_visible(False)
+    for ax, e in zip(axes.flat, table, strict=False):
         for side, style in (("official", "C1"), ("graphcost", "C0")):
             for i, curve in enumerate(e.get(side, {}).get("valid_opa", [])):
                 ax.plot(range(1, len(curve) + 1), curve, style, alpha=0.7, lw=1,
                         label=side if i == 0 else None)
         ax.set_title(f"{e['collection']}\n{e['model']}", fontsize=9)
         ax.set_xlabel("epoch")
-    axes[0][0].set_ylabel("validation OPA")
+    for row in axes:
+        row[0].set_ylabel("validation OPA")
     axes[0][0].legend(fontsize=8)
     fig.tight_layout()
     fig.savefig(path, dpi=110)
