@@ -111,7 +111,6 @@ class FullGraphStep(Step):
                                       np.random.default_rng((s.seed, n)))
             if ids.size >= least:
                 self.items.append((gt, ids))
-        self.dropped = len(graphs) - len(self.items)
         if not self.items and least > 2:
             raise UserError(f"no train graph has {least} or more configs to rank; setting "
                             f"min_configs={s.min_configs} drops graphs with fewer (−1: fewer "
