@@ -9,6 +9,7 @@ node state per config it keeps a leading config axis, (C, N, d), and PyG layers
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -227,11 +228,33 @@ class RankingNet(nn.Module):
         return None
 
     @torch.no_grad()
-    def score_configs(self, g: GraphTensors, ids: np.ndarray, chunk_size: int = 1024) -> Tensor:
+    def score_configs(self, g: GraphTensors, ids: np.ndarray, chunk_size: int = 1024,
+                      fast: bool = True) -> Tensor:
+        """Scores of g's configs `ids` (networks with an exact fast path take it when
+        `fast`; this plain path has none)."""
         size = chunk_limit(g, chunk_size)
         out = [self(collate([(g, ids[i:i + size])]).to(self.device))[0].float().cpu()
                for i in range(0, len(ids), size)]
         return torch.cat(out) if out else torch.zeros(0)
+
+    def config_scorer(self, g: GraphTensors, chunk_size: int = 1024,
+                      fast: bool = True) -> Callable[[Tensor], Tensor]:
+        """A function scoring configs (shaped like `g.configs(ids)`) that need not be in
+        g, each as `score_configs` would score it in g. Networks override it to do the
+        graph-side work once, here, rather than on every call."""
+
+        def score(configs: Tensor) -> Tensor:
+            n = configs.shape[0]
+            if g.kind == "tile":
+                one = dataclasses.replace(g, tile_configs=configs, runtime=np.zeros(n))
+            else:
+                raw = dataclasses.replace(g.graph, node_config_feat=configs.numpy(),
+                                          config_runtime=np.zeros(n))
+                one = dataclasses.replace(g, graph=raw, runtime=np.zeros(n),
+                                          layout_config=None)
+            return self.score_configs(one, np.arange(n), chunk_size, fast)
+
+        return score
 
 
 def chunk_limit(g: GraphTensors, chunk_size: int) -> int:

@@ -8,13 +8,17 @@ settings (`models.model.MODELS`).
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
 
+import numpy as np
+import scipy.sparse as sp
 import torch
 from torch import Tensor, nn
 from torch.nn import functional as F
 
-from graphcost.models.base import Batch, RankingNet, pool_own
+from graphcost.models.base import Batch, GraphTensors, RankingNet, collate, pool_own
+from graphcost.models.fastpath import LayoutEngine, Rows
 from graphcost.models.official_layers import (
     DenseStack,
     OpEmbedding,
@@ -121,6 +125,31 @@ class ResModel(RankingNet):
         ], dim=-1)  # (C, B, 3·hidden)
         return self.postnet(pooled).squeeze(-1).transpose(0, 1)
 
+    def engine(self, g: GraphTensors) -> LayoutEngine:
+        """The exact fast path for g's configs (`fastpath`)."""
+        with torch.no_grad():
+            return LayoutEngine(ResModelLayers(self, g), g)
+
+    @torch.no_grad()
+    def score_configs(self, g: GraphTensors, ids: np.ndarray, chunk_size: int = 1024,
+                      fast: bool = True) -> Tensor:
+        """Scores of configs `ids` of g; `fast` takes the exact fast path (on CPU)."""
+        if not fast or self.device.type != "cpu":
+            return super().score_configs(g, ids, chunk_size)
+        engine = self.engine(g)
+        ids = np.asarray(ids, dtype=np.int64)
+        out = [engine(g.configs(ids[i:i + chunk_size]))
+               for i in range(0, len(ids), chunk_size)]
+        return torch.cat(out) if out else torch.zeros(0)
+
+    def config_scorer(self, g: GraphTensors, chunk_size: int = 1024,
+                      fast: bool = True) -> Callable[[Tensor], Tensor]:
+        """Scores of configs shaped like `g.configs(ids)`; the engine (graph states, the
+        last base config's states) lives as long as the returned function."""
+        if not fast or self.device.type != "cpu":
+            return super().config_scorer(g, chunk_size, fast)
+        return self.engine(g)
+
     def _window(self, b: Batch) -> Tensor | None:
         """Nodes of each graph's random back-propagation window; None when every graph
         fits in one (then the window pass is the full pass)."""
@@ -134,3 +163,43 @@ class ResModel(RankingNet):
         local = torch.arange(b.x.shape[0], device=b.x.device) - starts[b.node_graph]
         lo = (pick * k)[b.node_graph]
         return (local >= lo) & (local < lo + k)
+
+
+class ResModelLayers:
+    """ResModel as `fastpath.LayoutLayers`: x⁰ = σ(prenet([c ‖ f ‖ emb])), then
+    x ← x + σ(MLP(Â y)) with y = [c ‖ x], c the 100-scaled config (0 off config nodes)."""
+
+    uses_max = False
+
+    def __init__(self, net: ResModel, g: GraphTensors):
+        self.net = net
+        self.layers, self.width = net.s.layers, net.s.hidden
+        b = collate([(g, np.zeros(1, np.int64))])
+        self.node = torch.cat([b.x, net.opcode(b.opcode)], dim=-1)  # (N, ·): once per graph
+
+    def adjacency(self, g: GraphTensors) -> sp.csr_matrix:
+        n = g.x.shape[0]
+        src, dst = g.edge_index[:, g.edge_forward].numpy()
+        w = 1.0 / np.sqrt(1.0 + np.bincount(src, minlength=n) + np.bincount(dst, minlength=n))
+        loops = np.arange(n)
+        rows = np.concatenate([dst, src, loops])
+        cols = np.concatenate([src, dst, loops])
+        return sp.csr_matrix((w[rows] * w[cols], (rows, cols)), shape=(n, n))
+
+    def _config(self, r: Rows) -> Tensor:
+        return self.net.s.config_scale * r.cfg
+
+    def start(self, r: Rows) -> Tensor:
+        return act(self.net.prenet(torch.cat([self._config(r), self.node[r.node]], dim=-1)))
+
+    def pre(self, layer: int, h: Tensor, r: Rows) -> Tensor:
+        return torch.cat([self._config(r), h], dim=-1)
+
+    def post(self, layer: int, agg: Tensor, y: Tensor, h: Tensor, r: Rows) -> Tensor:
+        return h + act(self.net.convs[layer - 1].mlp(agg))
+
+    def readout(self, total: Tensor, on_config: Tensor, top: Tensor | None, nodes: int,
+                config_nodes: int) -> Tensor:
+        pooled = torch.cat([total / nodes, F.normalize(total, dim=-1, eps=1e-6),
+                            F.normalize(on_config, dim=-1, eps=1e-6)], dim=-1)
+        return self.net.postnet(pooled).squeeze(-1)

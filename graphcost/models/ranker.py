@@ -36,6 +36,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 
 import numpy as np
+import scipy.sparse as sp
 import torch
 from torch import Tensor, nn
 from torch_geometric.nn import SAGEConv, global_max_pool
@@ -51,6 +52,7 @@ from graphcost.models.base import (
     mlp,
     pool_own,
 )
+from graphcost.models.fastpath import LayoutEngine, Rows, row_codes
 from graphcost.models.segments import is_segmented, split_segments
 
 
@@ -172,6 +174,44 @@ class CrossConfigAttention(nn.Module):
         return h + self.drop(self.ff(self.norm2(h)))
 
 
+class RankerLayers:
+    """The layout ranker as `fastpath.LayoutLayers`: h⁰ + join at configurable nodes,
+    then h ← h + GELU(W_l·mean_{u→v} y_u + W_r·y_v) with y = LayerNorm(h)."""
+
+    uses_max = True
+
+    def __init__(self, net: Ranker, g: GraphTensors):
+        self.net, self.g = net, g
+        self.layers, self.width = net.s.layers, net.s.hidden
+        b = collate([(g, np.zeros(1, np.int64))])
+        self.h0 = net.graph_state(b)  # (N, d): computed once per graph
+
+    def adjacency(self, g: GraphTensors) -> sp.csr_matrix:
+        src, dst = g.edge_index.numpy()
+        indeg = np.bincount(dst, minlength=g.x.shape[0])
+        return sp.csr_matrix((1.0 / indeg[dst], (dst, src)), shape=(g.x.shape[0],) * 2)
+
+    def start(self, r: Rows) -> Tensor:
+        h = self.h0[r.node]
+        on = r.on_config
+        k = r.k[on]
+        cfg = layout_features(r.cfg[on].unsqueeze(0), self.g.config_dims[k],
+                              self.g.config_default[k])[0]
+        h[on] += self.net.join(torch.cat([h[on], cfg], dim=-1))
+        return h
+
+    def pre(self, layer: int, h: Tensor, r: Rows) -> Tensor:
+        return self.net.norms[layer - 1](h)
+
+    def post(self, layer: int, agg: Tensor, y: Tensor, h: Tensor, r: Rows) -> Tensor:
+        conv = self.net.convs[layer - 1]
+        return h + nn.functional.gelu(conv.lin_l(agg) + conv.lin_r(y))
+
+    def readout(self, total: Tensor, on_config: Tensor, top: Tensor | None, nodes: int,
+                config_nodes: int) -> Tensor:
+        return self.net.pool(torch.cat([total / nodes, top, on_config / config_nodes], -1))
+
+
 class Ranker(RankingNet):
     """The default ranker (see the module docstring); `kind` picks the tile variant."""
 
@@ -266,20 +306,34 @@ class Ranker(RankingNet):
         """What `score_embedding` learns: GST's final phase fine-tunes only these."""
         return [*self.attn.parameters(), *self.head.parameters()]
 
+    def engine(self, g: GraphTensors) -> LayoutEngine | None:
+        """The exact fast path for g's layout configs (`fastpath`), None where there is
+        none: tile graphs (configs join after pooling, the graph is encoded once anyway),
+        the directed variant (two aggregations per layer) and segmented (GST) encoding."""
+        if (self.kind != "layout" or self.s.directed
+                or is_segmented(g, self.s.segment_size)):
+            return None
+        with torch.no_grad():
+            return LayoutEngine(RankerLayers(self, g), g)
+
     @torch.no_grad()
-    def score_configs(self, g: GraphTensors, ids: np.ndarray, chunk_size: int = 1024) -> Tensor:
-        """Scores of configs `ids` of one graph against the fixed reference set."""
+    def score_configs(self, g: GraphTensors, ids: np.ndarray, chunk_size: int = 1024,
+                      fast: bool = True) -> Tensor:
+        """Scores of configs `ids` of one graph against the fixed reference set; `fast`
+        embeds them on the exact fast path where the graph has one."""
         ids = np.asarray(ids, dtype=np.int64)
         dev = self.device
         segments = split_segments(g, self.s.segment_size, self.segment_halo)  # g unless GST
         chunk_size = chunk_limit(segments.largest, chunk_size)
+        engine = self.engine(g) if fast and dev.type == "cpu" else None
 
         def embed(chunk: np.ndarray) -> Tensor:
+            if engine is not None:
+                return engine(g.configs(chunk)).unsqueeze(0)
             return segments.encode(self, chunk)
 
         def chunks(a: np.ndarray) -> list[np.ndarray]:
             return [a[i:i + chunk_size] for i in range(0, len(a), chunk_size)]
-
         ref_ids = reference_ids(g.num_configs, self.s.ref_configs)
         ref = torch.cat([embed(c) for c in chunks(ref_ids)], dim=1)  # (1, R, d)
         ref_mask = torch.ones(1, ref.shape[1], dtype=torch.bool, device=dev)
@@ -297,7 +351,8 @@ class Ranker(RankingNet):
             out.append(self.head(h).squeeze(-1)[0].float().cpu())
         return torch.cat(out) if out else torch.zeros(0)
 
-    def config_scorer(self, g: GraphTensors, chunk_size: int = 1024) -> Callable[[Tensor], Tensor]:
+    def config_scorer(self, g: GraphTensors, chunk_size: int = 1024,
+                      fast: bool = True) -> Callable[[Tensor], Tensor]:
         """Score configs that need not be in `g`, as `score_configs` scores g's own.
 
         The batch tensors, `graph_state` and the reference set's states are computed
@@ -315,11 +370,14 @@ class Ranker(RankingNet):
         ref_ids = reference_ids(g.num_configs, self.s.ref_configs)
         ref_cfg = g.configs(ref_ids).to(dev)
         ref_flat = ref_cfg.reshape(len(ref_ids), -1)
+        engine = self.engine(g) if fast and dev.type == "cpu" else None
         with torch.no_grad():
             b = collate([(g, ref_ids[:1])]).to(dev)
             state = self.graph_state(b)
 
             def embed(cfg: Tensor) -> Tensor:
+                if engine is not None:
+                    return engine(cfg).unsqueeze(0)
                 return self.embed_configs(b, state, cfg.unsqueeze(0) if self.kind == "tile"
                                           else cfg)
 
@@ -331,9 +389,14 @@ class Ranker(RankingNet):
             for block in self.attn:
                 refs.append(block(refs[-1], refs[-1], eye, ref_mask))
 
+        ref_codes = row_codes(ref_flat)
+
         def first_equal(chunk: Tensor) -> Tensor:  # (1, Q, R): the first equal reference
-            q = chunk.reshape(chunk.shape[0], -1)
-            eq = torch.stack([(q == r).all(1) for r in ref_flat], dim=1)
+            q = chunk.reshape(chunk.shape[0], -1).to(ref_flat.dtype)
+            qi, ri = (row_codes(q)[:, None] == ref_codes[None, :]).nonzero(as_tuple=True)
+            same = (q[qi] == ref_flat[ri]).all(1)  # hashes equal: compare the rows
+            eq = torch.zeros(q.shape[0], ref_flat.shape[0], dtype=torch.bool, device=q.device)
+            eq[qi[same], ri[same]] = True
             return (eq & (eq.cumsum(1) == 1)).unsqueeze(0)
 
         @torch.no_grad()

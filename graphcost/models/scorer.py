@@ -8,14 +8,16 @@ bounded memory, always in eval mode (no dropout, whatever mode the network was l
 - `scores(ids)`: the graph's own configurations (default all), as measured data has them;
 - `rank()`: all of them fastest first;
 - `candidates()`: a function scoring raw configurations that need not be in the graph
-  (autotuning). For networks offering `config_scorer` (the ranker), the
-  config-independent states are computed once, so each call runs only the layers a
-  configuration changes.
+  (autotuning), through the network's `config_scorer`: the config-independent work is
+  done once, so each call runs only what a configuration changes.
+
+With `fast` (the default) networks score on their exact fast paths (`fastpath`: cached
+graph states, batched configs, incremental recomputation of local configs); `fast=False`
+runs the plain forward pass, to check and to measure the fast paths against.
 """
 
 from __future__ import annotations
 
-import dataclasses
 from collections.abc import Callable
 from contextlib import contextmanager
 from pathlib import Path
@@ -43,11 +45,12 @@ def eval_mode(net: torch.nn.Module):
 class ConfigScorer:
     """Scores (lower = faster) of configurations of one graph under one model."""
 
-    def __init__(self, model: Model, graph: Graph | GraphTensors, chunk_size: int = 1024):
+    def __init__(self, model: Model, graph: Graph | GraphTensors, chunk_size: int = 1024,
+                 fast: bool = True):
         if model.net is None:
             raise RuntimeError("the model is not fitted: train it (graphcost.train.fit) "
                                "or load() one")
-        self.model, self.net, self.chunk_size = model, model.net, chunk_size
+        self.model, self.net, self.chunk_size, self.fast = model, model.net, chunk_size, fast
         self.graph = graph
         self._tensors = graph if isinstance(graph, GraphTensors) else None
         self._cached: Callable[[torch.Tensor], torch.Tensor] | None = None
@@ -66,7 +69,7 @@ class ConfigScorer:
         if ids.size == 0:
             return np.zeros(0, dtype=np.float32)
         with eval_mode(self.net):
-            out = self.net.score_configs(gt, ids, self.chunk_size).numpy()
+            out = self.net.score_configs(gt, ids, self.chunk_size, self.fast).numpy()
         finite(out, gt.name, ids)
         return out
 
@@ -89,10 +92,13 @@ class ConfigScorer:
             raw = np.asarray(configs, dtype=np.float32)
             if raw.shape[0] == 0:
                 return np.zeros(0, dtype=np.float32)
-            transform = self.model.transform
+            transform, gt = self.model.transform, self.tensors
             assert transform is not None
-            x = torch.from_numpy(transform.tile_config(raw) if self.model.kind == "tile"
-                                 else raw)
+            if self.model.kind == "tile":
+                raw = transform.tile_config(raw)
+            elif gt.layout_config is not None:
+                raw = gt.layout_config(raw)
+            x = torch.from_numpy(raw)
             with eval_mode(self.net):
                 out = (cached or self._candidate_fn(fresh=True))(x).numpy()
             return finite(out, self.tensors.name)
@@ -100,25 +106,10 @@ class ConfigScorer:
         return score
 
     def _candidate_fn(self, fresh: bool = False) -> Callable[[torch.Tensor], torch.Tensor]:
-        """The tensor-level scorer of candidates; `fresh` prepares the graph anew."""
+        """The network's tensor-level scorer of candidates; `fresh` prepares the graph anew."""
         redo = fresh and not isinstance(self.graph, GraphTensors)
         gt = self.model.prepare(self.graph) if redo else self.tensors
-        net, size = self.net, self.chunk_size
-        make = getattr(net, "config_scorer", None)
-        if make is not None:
-            return make(gt, size)
-
-        def independent(configs: torch.Tensor) -> torch.Tensor:  # configs do not interact
-            n = configs.shape[0]
-            if gt.kind == "tile":
-                one = dataclasses.replace(gt, tile_configs=configs, runtime=np.zeros(n))
-            else:
-                g = dataclasses.replace(gt.graph, node_config_feat=configs.numpy(),
-                                        config_runtime=np.zeros(n))
-                one = dataclasses.replace(gt, graph=g, runtime=np.zeros(n))
-            return net.score_configs(one, np.arange(n), size)
-
-        return independent
+        return self.net.config_scorer(gt, self.chunk_size, self.fast)
 
 
 def finite(scores: np.ndarray, graph: str, ids: np.ndarray | None = None) -> np.ndarray:
