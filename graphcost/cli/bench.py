@@ -67,6 +67,32 @@ def bench_train_cmd(models: tuple[str, ...], steps: int, configs: int, threads: 
         write_json(rows, json_path)
 
 
+@bench.command("score")
+@click.option("--kind", "kinds", multiple=True, type=click.Choice(["layout", "tile"]),
+              help="only these kinds (default: both)")
+@click.option("--model", "models", multiple=True,
+              help="only these models (default: layout ranker, resgcn; tile ranker, sage-*)")
+@click.option("--size", "sizes", multiple=True, type=click.IntRange(min=10),
+              help="graph sizes in nodes (default: 1000, 10000, 50000)")
+@click.option("--repeats", type=click.IntRange(min=1), default=2, show_default=True,
+              help="interleaved rounds per figure (the median is reported)")
+@click.option("--configs", type=click.IntRange(min=0), default=0,
+              help="configs per call (0: 256 up to 10k nodes, 64 above)")
+@json_option
+def bench_score_cmd(kinds: tuple[str, ...], models: tuple[str, ...], sizes: tuple[int, ...],
+                    repeats: int, configs: int, json_path: str | None) -> None:
+    """Configs/s of the exact fast scoring paths against the plain forward pass, at one
+    thread and at all, with peak memory and the largest score difference."""
+    from graphcost.bench.score import HEADER, bench_score, format_row
+
+    click.echo(HEADER)
+    rows = bench_score(kinds or ("layout", "tile"), models or None,
+                       sizes or (1000, 10_000, 50_000), repeats, configs,
+                       on_row=lambda r: click.echo(format_row(r)))
+    if json_path:
+        write_json(rows, json_path)
+
+
 @bench.command("autotune")
 @click.option("--model", "model_path", default=None, type=click.Path(exists=True, dir_okay=False),
               help="A saved model (then name the held-out programs or --families).")

@@ -96,6 +96,24 @@ class _Base:
     order: Tensor | None  # (N, d) nodes by final state, largest first, per dimension
 
 
+def csr_tensor(a: sp.spmatrix) -> Tensor:
+    """A scipy sparse matrix as a float32 torch CSR tensor (duplicates summed), for
+    node-major products `a @ x.reshape(N, -1)`: one pass over the edges for every config
+    and feature at once."""
+    a = sp.csr_matrix(a, dtype=np.float32)
+    a.sum_duplicates()
+    with warnings.catch_warnings():  # "sparse CSR support is in beta": one product is
+        warnings.simplefilter("ignore")  # used, and the exactness tests check it
+        return torch.sparse_csr_tensor(
+            torch.from_numpy(a.indptr).long(), torch.from_numpy(a.indices).long(),
+            torch.from_numpy(a.data), a.shape, check_invariants=False)
+
+
+def propagate(a: Tensor, x: Tensor) -> Tensor:
+    """a (N, N) CSR times node-major x (N, ...): every trailing axis in one product."""
+    return (a @ x.reshape(x.shape[0], -1)).reshape(x.shape)
+
+
 def row_codes(rows: Tensor) -> Tensor:
     """(...) int64 hashes of rows (..., F) of floats: equal rows, equal codes (exact
     integer arithmetic on their bits, wrapping); unequal rows rarely collide."""
@@ -122,11 +140,7 @@ class LayoutEngine:
         self.kidx[g.config_nodes] = torch.arange(g.config_nodes.numel())
         a = net.adjacency(g).tocsr()
         a.sum_duplicates()
-        with warnings.catch_warnings():  # "sparse CSR support is in beta": it is used
-            warnings.simplefilter("ignore")  # for one product, checked by the tests
-            self.a = torch.sparse_csr_tensor(
-                torch.from_numpy(a.indptr).long(), torch.from_numpy(a.indices).long(),
-                torch.from_numpy(a.data).float(), a.shape, check_invariants=False)
+        self.a = csr_tensor(a)
         self.at = a.T.tocsr()  # column u of A: who hears node u, with weights
         self.at.sort_indices()
         reach = (a != 0).astype(np.float32) + sp.identity(self.n, np.float32, "csr")
@@ -155,7 +169,7 @@ class LayoutEngine:
         hs, ys, aggs = [h], [h[:0]], [h[:0]]
         for layer in range(1, net.layers + 1):
             y = net.pre(layer, h, r)
-            agg = (self.a @ y.reshape(n, -1)).reshape(n * c, -1)
+            agg = propagate(self.a, y.reshape(n, -1)).reshape(n * c, -1)
             h = net.post(layer, agg, y, h, r)
             if keep:
                 hs.append(h)

@@ -14,6 +14,8 @@ every propagation works along dim −2.
 
 from __future__ import annotations
 
+import numpy as np
+import scipy.sparse as sp
 import torch
 from torch import Tensor, nn
 from torch.nn import functional as F
@@ -126,8 +128,18 @@ class SAGEConv(nn.Module):
     def forward(self, x: Tensor, edge_index: Tensor) -> Tensor:
         n = x.shape[-2]
         src, dst = edge_index
-        nbr = _gather_sum(x, src, dst, n) + _gather_sum(x, dst, src, n)
+        return self.combine(_gather_sum(x, src, dst, n) + _gather_sum(x, dst, src, n), x)
+
+    def combine(self, nbr: Tensor, x: Tensor) -> Tensor:
+        """The layer given nbr = (A + Aᵀ)x (`sage_matrix`), computed however is fastest."""
         return F.normalize(act(self.lin(torch.cat([nbr, x], dim=-1))), dim=-1, eps=1e-6)
+
+
+def sage_matrix(edge_index: Tensor, n: int) -> sp.csr_matrix:
+    """A + Aᵀ (N, N), each edge counted as often as it occurs: `SAGEConv`'s sum."""
+    src, dst = edge_index.numpy()
+    rows, cols = np.concatenate([dst, src]), np.concatenate([src, dst])
+    return sp.csr_matrix((np.ones(rows.size, np.float32), (rows, cols)), shape=(n, n))
 
 
 class ResGCNConv(nn.Module):
@@ -152,7 +164,20 @@ class ResGCNConv(nn.Module):
         p_y = _scale(y + _gather_sum(y, src, dst, n), r)  # P y
         ry = _scale(y, r)
         pt_y = ry + _gather_sum(ry, dst, src, n)  # Pᵀ y = (A + I)ᵀ D⁻¹ y
-        return x + self.mlp(p_y + pt_y + y)
+        return self.combine(p_y + pt_y + y, x)
+
+    def combine(self, agg: Tensor, x: Tensor) -> Tensor:
+        """The layer given agg = (P + Pᵀ + I)σ(x) (`resgcn_matrix`)."""
+        return x + self.mlp(agg)
+
+
+def resgcn_matrix(edge_index: Tensor, n: int) -> sp.csr_matrix:
+    """P + Pᵀ + I (N, N) with P = D⁻¹(A + I): what `ResGCNConv` applies to σ(x)."""
+    src, dst = edge_index.numpy()
+    a = sp.csr_matrix((np.ones(src.size, np.float32), (dst, src)), shape=(n, n))
+    eye = sp.identity(n, np.float32, "csr")
+    p = sp.diags(right_norm(edge_index, n, torch.float32).numpy()) @ (a + eye)
+    return (p + p.T + eye).tocsr()
 
 
 class SymGCNConv(nn.Module):

@@ -52,7 +52,7 @@ from graphcost.models.base import (
     mlp,
     pool_own,
 )
-from graphcost.models.fastpath import LayoutEngine, Rows, row_codes
+from graphcost.models.fastpath import LayoutEngine, Rows, csr_tensor, propagate, row_codes
 from graphcost.models.segments import is_segmented, split_segments
 
 
@@ -174,6 +174,13 @@ class CrossConfigAttention(nn.Module):
         return h + self.drop(self.ff(self.norm2(h)))
 
 
+def mean_adjacency(g: GraphTensors) -> sp.csr_matrix:
+    """A[v, u] = (edges u → v) / in-degree(v): SAGEConv's mean over `g.edge_index`."""
+    src, dst = g.edge_index.numpy()
+    indeg = np.bincount(dst, minlength=g.x.shape[0])
+    return sp.csr_matrix((1.0 / indeg[dst], (dst, src)), shape=(g.x.shape[0],) * 2)
+
+
 class RankerLayers:
     """The layout ranker as `fastpath.LayoutLayers`: h⁰ + join at configurable nodes,
     then h ← h + GELU(W_l·mean_{u→v} y_u + W_r·y_v) with y = LayerNorm(h)."""
@@ -187,9 +194,7 @@ class RankerLayers:
         self.h0 = net.graph_state(b)  # (N, d): computed once per graph
 
     def adjacency(self, g: GraphTensors) -> sp.csr_matrix:
-        src, dst = g.edge_index.numpy()
-        indeg = np.bincount(dst, minlength=g.x.shape[0])
-        return sp.csr_matrix((1.0 / indeg[dst], (dst, src)), shape=(g.x.shape[0],) * 2)
+        return mean_adjacency(g)
 
     def start(self, r: Rows) -> Tensor:
         h = self.h0[r.node]
@@ -257,6 +262,18 @@ class Ranker(RankingNet):
         return torch.cat([mean_pool(h, b.node_graph, b.num_graphs),
                           global_max_pool(h, b.node_graph, b.num_graphs)], -1)  # (B, 2d)
 
+    @torch.no_grad()
+    def tile_state(self, g: GraphTensors) -> Tensor:
+        """`graph_state` of a tile graph (1, 2d) with each layer's mean aggregation one
+        sparse product (`fastpath.propagate`); computed once per graph when scoring."""
+        b = collate([(g, np.zeros(1, np.int64))])
+        h = self.node_in(torch.cat([b.x, self.opcode(b.opcode)], dim=-1))
+        a = csr_tensor(mean_adjacency(g))
+        for conv, norm in zip(self.convs, self.norms, strict=True):
+            y = norm(h)
+            h = h + nn.functional.gelu(conv.lin_l(propagate(a, y)) + conv.lin_r(y))
+        return torch.cat([h.mean(0), h.amax(0)]).unsqueeze(0)
+
     @property
     def segment_halo(self) -> int:
         return self.s.segment_halo if self.s.segment_halo >= 0 else self.s.layers
@@ -306,15 +323,19 @@ class Ranker(RankingNet):
         """What `score_embedding` learns: GST's final phase fine-tunes only these."""
         return [*self.attn.parameters(), *self.head.parameters()]
 
-    def engine(self, g: GraphTensors) -> LayoutEngine | None:
-        """The exact fast path for g's layout configs (`fastpath`), None where there is
-        none: tile graphs (configs join after pooling, the graph is encoded once anyway),
-        the directed variant (two aggregations per layer) and segmented (GST) encoding."""
-        if (self.kind != "layout" or self.s.directed
-                or is_segmented(g, self.s.segment_size)):
+    def _fast_embedder(self, g: GraphTensors) -> Callable[[Tensor], Tensor] | None:
+        """Configs (shaped like `g.configs(ids)`) → (1, C, d) embeddings on the exact
+        fast path: tile graphs encoded once (`tile_state`), layout configs through
+        `fastpath.LayoutEngine`. None where there is none: the directed variant (two
+        aggregations per layer) and segmented (GST) encoding."""
+        if self.s.directed or is_segmented(g, self.s.segment_size):
             return None
+        if self.kind == "tile":
+            b, state = collate([(g, np.zeros(1, np.int64))]), self.tile_state(g)
+            return lambda cfg: self.embed_configs(b, state, cfg.unsqueeze(0))
         with torch.no_grad():
-            return LayoutEngine(RankerLayers(self, g), g)
+            engine = LayoutEngine(RankerLayers(self, g), g)
+        return lambda cfg: engine(cfg).unsqueeze(0)
 
     @torch.no_grad()
     def score_configs(self, g: GraphTensors, ids: np.ndarray, chunk_size: int = 1024,
@@ -325,11 +346,11 @@ class Ranker(RankingNet):
         dev = self.device
         segments = split_segments(g, self.s.segment_size, self.segment_halo)  # g unless GST
         chunk_size = chunk_limit(segments.largest, chunk_size)
-        engine = self.engine(g) if fast and dev.type == "cpu" else None
+        embed_fast = self._fast_embedder(g) if fast and dev.type == "cpu" else None
 
         def embed(chunk: np.ndarray) -> Tensor:
-            if engine is not None:
-                return engine(g.configs(chunk)).unsqueeze(0)
+            if embed_fast is not None:
+                return embed_fast(g.configs(chunk))
             return segments.encode(self, chunk)
 
         def chunks(a: np.ndarray) -> list[np.ndarray]:
@@ -370,14 +391,14 @@ class Ranker(RankingNet):
         ref_ids = reference_ids(g.num_configs, self.s.ref_configs)
         ref_cfg = g.configs(ref_ids).to(dev)
         ref_flat = ref_cfg.reshape(len(ref_ids), -1)
-        engine = self.engine(g) if fast and dev.type == "cpu" else None
+        embed_fast = self._fast_embedder(g) if fast and dev.type == "cpu" else None
         with torch.no_grad():
             b = collate([(g, ref_ids[:1])]).to(dev)
-            state = self.graph_state(b)
+            state = self.graph_state(b) if embed_fast is None else None
 
             def embed(cfg: Tensor) -> Tensor:
-                if engine is not None:
-                    return engine(cfg).unsqueeze(0)
+                if embed_fast is not None:
+                    return embed_fast(cfg)
                 return self.embed_configs(b, state, cfg.unsqueeze(0) if self.kind == "tile"
                                           else cfg)
 
