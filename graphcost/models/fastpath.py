@@ -36,7 +36,7 @@ from torch import Tensor
 
 from graphcost.models.base import GraphTensors
 
-STATE_BYTES = 2 << 20  # batched path: one (N, C, d) state this big (≈ a core's L2 cache)
+STATE_BYTES = 1 << 20  # batched path: one (N, C, d) state this big (within a core's L2 cache)
 MAX_CHANGED = 32  # local path only for configs changing at most this many nodes
 LOCAL_SHARE = 0.5  # ... and whose regions hold under this share of a full pass's rows
 ROW_BUDGET = 1 << 16  # local path: rows (config, node) per pass

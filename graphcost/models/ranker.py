@@ -210,7 +210,7 @@ class RankerLayers:
 
     def post(self, layer: int, agg: Tensor, y: Tensor, h: Tensor, r: Rows) -> Tensor:
         conv = self.net.convs[layer - 1]
-        return h + nn.functional.gelu(conv.lin_l(agg) + conv.lin_r(y))
+        return h + nn.functional.gelu(conv.lin_l(agg).addmm_(y, conv.lin_r.weight.t()))
 
     def readout(self, total: Tensor, on_config: Tensor, top: Tensor | None, nodes: int,
                 config_nodes: int) -> Tensor:
