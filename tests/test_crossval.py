@@ -167,3 +167,36 @@ def test_cli_refuses_a_folder_without_a_collection(tmp_path):
     assert "empty" in result.output and "collection" in result.output
     missing = CliRunner().invoke(main, ["crossval", str(tmp_path / "missing")])
     assert missing.exit_code == 2 and "does not exist" in missing.output
+
+
+def test_compare_pairs_graphs_and_averages_seeds(tmp_path):
+    data = write_families(tmp_path, "tile")
+    files = {}
+    for model, seed in (("mlp", 0), ("mlp", 1), ("sage-late", 0)):
+        files[model, seed] = tmp_path / f"{model}{seed}.json"
+        result = CliRunner().invoke(main, ["crossval", str(data), "--folds", "3", "--model",
+                                           model, "--seed", str(seed), "--json",
+                                           str(files[model, seed]), *FAST])
+        assert result.exit_code == 0, result.output
+    out = tmp_path / "cmp.json"
+    result = CliRunner().invoke(main, ["compare", str(files["mlp", 0]), str(files["mlp", 1]),
+                                       "--against", str(files["sage-late", 0]),
+                                       "--json", str(out)])
+    assert result.exit_code == 0, result.output
+    cmp = json.loads(out.read_text())
+    runs = [json.loads(files[k].read_text())["graphs"] for k in files]
+    names = sorted(runs[0])
+    mlp = np.array([(runs[0][n]["score"] + runs[1][n]["score"]) / 2 for n in names])
+    sage = np.array([runs[2][n]["score"] for n in names])
+    assert cmp["graphs"] == len(names) == 10
+    assert cmp["difference"]["mean"] == pytest.approx(float(np.mean(mlp - sage)))
+    assert cmp["runs"]["seeds"] == [0, 1] and cmp["runs"]["model"] == "mlp hidden=16"
+    assert "paired difference mlp hidden=16 − sage-late hidden=16" in result.output
+
+
+def test_compare_refuses_a_file_that_is_not_a_crossval_result(tmp_path):
+    bad = tmp_path / "bad.json"
+    bad.write_text('{"a": 1}')
+    result = CliRunner().invoke(main, ["compare", str(bad), "--against", str(bad)])
+    assert result.exit_code != 0 and isinstance(result.exception, SystemExit)
+    assert "bad.json" in result.output and "not a crossval result" in result.output

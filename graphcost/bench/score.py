@@ -3,10 +3,10 @@ forward pass, measured in the same run.
 
 Each (kind, model, graph size) runs in its own spawned process. There the two paths
 score the same configs, interleaved (their order alternating by round), at one thread
-and at torch's default thread count. Each figure times what a user's call costs:
-`config_scorer(graph)` (its per-graph setup included) and then scoring every config.
-Per call it records the peak resident memory the call added (Linux VmHWM, reset
-before the call). Layout configs come in three kinds:
+and at torch's default thread count. The per-graph setup (`config_scorer(graph)`) and
+the call scoring the configs are timed apart (`compare_paths`); the table shows
+plain/fast setup seconds and plain/fast peak resident memory added (Linux VmHWM,
+reset before each step). Layout configs come in three kinds:
 
 - random: the graph's own configs (a random layout at every configurable node);
 - local: one random config with 1-3 nodes changed (what a search's mutations make);
@@ -92,27 +92,36 @@ def flops_per_config(net: torch.nn.Module, score: Callable[[torch.Tensor], torch
 
 def compare_paths(net, gt, configs: torch.Tensor, repeats: int) -> dict:
     """The plain and the fast path on the same configs, interleaved (their order
-    alternating by round): configs/s (median round), the ratio, peak MiB added, and
-    the largest score difference relative to the scores' scale (at least 1)."""
+    alternating by round). Each round times the per-graph setup (`config_scorer(gt)`:
+    graph states, a ranker's reference set) and the call scoring every config apart,
+    as a search pays the first once per program and the second many times. Reported:
+    configs/s of the call and seconds of the setup (median rounds), the ratio of the
+    calls, peak MiB either added, and the largest score difference relative to the
+    scores' scale (at least 1)."""
     from graphcost.bench.io import measure
 
-    seconds: dict[bool, list[float]] = {True: [], False: []}
+    seconds = {(f, part): [] for f in (True, False) for part in ("setup", "call")}
     peak = {True: 0.0, False: 0.0}
     scores: dict[bool, torch.Tensor] = {}
-
-    def call(fast: bool) -> None:
-        scores[fast] = net.config_scorer(gt, fast=fast)(configs)
+    scorer: dict[bool, Callable] = {}
 
     for r in range(repeats):
         for fast in ((True, False) if r % 2 else (False, True)):
-            s, p, _ = measure(lambda f=fast: call(f))
-            seconds[fast].append(s)
+            s, p, _ = measure(lambda f=fast: scorer.__setitem__(f, net.config_scorer(gt, fast=f)))
+            seconds[fast, "setup"].append(s)
             peak[fast] = max(peak[fast], p)
-    plain, fast_s = (float(np.median(seconds[f])) for f in (False, True))
+            s, p, _ = measure(lambda f=fast: scores.__setitem__(f, scorer[f](configs)))
+            seconds[fast, "call"].append(s)
+            peak[fast] = max(peak[fast], p)
+            del scorer[fast]
+    med = {key: float(np.median(v)) for key, v in seconds.items()}
     scale = max(1.0, float(scores[False].abs().max()))
     n = configs.shape[0]
-    return {"plain_configs_per_s": n / plain, "fast_configs_per_s": n / fast_s,
-            "ratio": plain / fast_s, "plain_peak_mib": peak[False], "fast_peak_mib": peak[True],
+    return {"plain_configs_per_s": n / med[False, "call"],
+            "fast_configs_per_s": n / med[True, "call"],
+            "ratio": med[False, "call"] / med[True, "call"],
+            "plain_setup_s": med[False, "setup"], "fast_setup_s": med[True, "setup"],
+            "plain_peak_mib": peak[False], "fast_peak_mib": peak[True],
             "max_rel_diff": float((scores[True] - scores[False]).abs().max()) / scale}
 
 
@@ -172,7 +181,7 @@ def bench_score(kinds: Sequence[str] = ("layout", "tile"), models: Sequence[str]
 
 
 HEADER = (f"{'kind':<6} {'model':<10} {'nodes':>6} {'scored':>6} {'configs':<8} {'thr':>3} "
-          f"{'plain c/s':>10} {'fast c/s':>10} {'ratio':>7} {'plain MiB':>9} {'fast MiB':>9} "
+          f"{'plain c/s':>10} {'fast c/s':>10} {'ratio':>7} {'setup s':>13} {'peak MiB':>11} "
           f"{'max rel diff':>12}")
 
 
@@ -183,8 +192,9 @@ def format_row(row: dict) -> str:
         lines.append(
             f"{row['kind']:<6} {row['model']:<10} {row['nodes']:>6} {row['nodes_scored']:>6} "
             f"{c['configs_kind']:<8} {c['threads']:>3} {c['plain_configs_per_s']:>10.1f} "
-            f"{c['fast_configs_per_s']:>10.1f} {c['ratio']:>6.1f}× {c['plain_peak_mib']:>9.0f} "
-            f"{c['fast_peak_mib']:>9.0f} {c['max_rel_diff']:>12.1e}")
+            f"{c['fast_configs_per_s']:>10.1f} {c['ratio']:>6.1f}× "
+            f"{c['plain_setup_s']:>6.3f}/{c['fast_setup_s']:<6.3f} "
+            f"{c['plain_peak_mib']:>5.0f}/{c['fast_peak_mib']:<5.0f} {c['max_rel_diff']:>12.1e}")
     lines.append(f"{'':<6} {'':<10} {'':>13} batched path: {row['flops_per_config'] / 1e6:.1f} "
                  f"MFLOP/config of dense layers, {row['matmul_gflops_1t']:.0f} GFLOP/s on one core "
                  f"→ at most {row['bound_configs_per_s']:.0f} configs/s "

@@ -167,3 +167,22 @@ def crossval_cmd(data: str, folds: int, model_name: str, sets: tuple[str, ...],
     click.echo(format_overall(result))
     if json_path:
         write_json(result, json_path)
+
+
+@click.command("compare")
+@click.argument("runs", nargs=-1, required=True, type=click.Path(exists=True, dir_okay=False))
+@click.option("--against", multiple=True, required=True,
+              type=click.Path(exists=True, dir_okay=False),
+              help="a crossval result of the model compared with (one per seed); repeatable")
+@json_option
+def compare_cmd(runs: tuple[str, ...], against: tuple[str, ...], json_path: str | None) -> None:
+    """Paired comparison of two models' leave-family-out results (`crossval --json`, one
+    file per seed on each side): per graph the mean over seeds, both means and the
+    difference RUNS − AGAINST over the same graphs, with bootstrap 95% intervals."""
+    from graphcost.atomic import write_json
+    from graphcost.eval.crossval import compare_crossval, format_comparison, read_results
+
+    c = compare_crossval(read_results(list(runs)), read_results(list(against)))
+    click.echo(format_comparison(c))
+    if json_path:
+        write_json(c, json_path)

@@ -15,18 +15,21 @@ and `graphcost evaluate`; only the choice of files differs.
 from __future__ import annotations
 
 import dataclasses
+import json
 import tempfile
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+import numpy as np
+
 from graphcost.atomic import write_json
 from graphcost.data.collection import Collection, open_collection
 from graphcost.data.families import carve_families, family_folds, family_of, family_sizes
 from graphcost.errors import UserError
 from graphcost.eval.evaluate import evaluate_model
-from graphcost.eval.metrics import MeanCI, summarize
+from graphcost.eval.metrics import MeanCI, bootstrap_ci, summarize
 from graphcost.models.model import Model
 from graphcost.train.run import train_model
 from graphcost.train.settings import TrainSettings
@@ -164,3 +167,78 @@ def format_overall(result: dict) -> str:
     if result["skipped"]:
         lines.append(f"  {len(result['skipped'])} unreadable files skipped")
     return "\n".join(lines)
+
+
+def seed_average(runs: list[dict], metric: str = "score") -> dict[str, float]:
+    """Per graph, `metric` averaged over the runs (seeds) that scored it."""
+    values: dict[str, list[float]] = {}
+    for run in runs:
+        for name, row in run["graphs"].items():
+            values.setdefault(name, []).append(float(row[metric]))
+    return {name: float(np.nanmean(v)) for name, v in values.items()}
+
+
+def run_label(run: dict) -> str:
+    """The model and what was set away from its defaults (model settings, loss)."""
+    extra = {**run.get("model_settings", {}),
+             **({"loss": run["settings"]["loss"]} if run["settings"].get("loss") else {})}
+    return " ".join([run["model"], *(f"{k}={v}" for k, v in extra.items())])
+
+
+def read_results(paths: list[str | Path]) -> list[dict]:
+    """Crossval result files (`crossval --json`), refused with the file named when one
+    is not one."""
+    out = []
+    for p in paths:
+        try:
+            run = json.loads(Path(p).read_text())
+            if not isinstance(run, dict):
+                raise ValueError("not a JSON object")
+            missing = {"collection", "model", "seed", "graphs", "settings"} - set(run)
+            if missing:
+                raise ValueError(f"no {', '.join(sorted(missing))} (not a crossval result)")
+        except (OSError, ValueError) as e:
+            raise UserError(f"{p}: {e}") from None
+        out.append(run)
+    return out
+
+
+def compare_crossval(runs: list[dict], against: list[dict], metric: str = "score") -> dict:
+    """Runs of one model (one JSON per seed) against runs of another on the same graphs:
+    each side's per-graph mean over its seeds, both means and the paired difference
+    runs − against over the graphs both scored, with bootstrap 95% intervals."""
+    for side in (runs, against):
+        if not side:
+            raise UserError("compare needs at least one crossval result on each side")
+    collections = {r["collection"] for r in runs + against}
+    if len(collections) > 1:
+        raise UserError(f"the results are of different collections: {sorted(collections)}")
+    a, b = seed_average(runs, metric), seed_average(against, metric)
+    common = sorted(set(a) & set(b))
+    if not common:
+        raise UserError("the two sides scored no graph in common")
+    va, vb = np.array([a[n] for n in common]), np.array([b[n] for n in common])
+
+    def side(results: list[dict], values: np.ndarray) -> dict:
+        return {"model": run_label(results[0]), "seeds": [r["seed"] for r in results],
+                "mean": MeanCI(*bootstrap_ci(values), n=values.size).__dict__,
+                "per_seed": [float(np.nanmean([r["graphs"][n][metric] for n in common
+                                               if n in r["graphs"]])) for r in results]}
+
+    return {"collection": collections.pop(), "metric": metric, "graphs": len(common),
+            "runs": side(runs, va), "against": side(against, vb),
+            "difference": MeanCI(*bootstrap_ci(va - vb), n=len(common)).__dict__}
+
+
+def format_comparison(c: dict) -> str:
+    """Both sides' means and the paired difference, one line each."""
+    def line(s: dict) -> str:
+        seeds = ", ".join(f"{v:.3f}" for v in s["per_seed"])
+        return f"  {s['model']:<12} {MeanCI(**s['mean'])}  (seeds {s['seeds']}: {seeds})"
+
+    return "\n".join([
+        f"{c['collection']}: {c['metric']} over {c['graphs']} graphs scored by both, "
+        "mean over seeds per graph [95% interval]:",
+        line(c["runs"]), line(c["against"]),
+        f"  paired difference {c['runs']['model']} − {c['against']['model']}: "
+        f"{MeanCI(**c['difference'])}"])

@@ -3,9 +3,9 @@ one config scorer every score comes from."""
 
 from graphcost.models.losses import RankingLoss, listmle, mse, pairwise_hinge
 from graphcost.models.model import MODELS, Model, as_model, baselines, load_model, model_names
-from graphcost.models.ranker import Ranker, RankerSettings, reference_ids
+from graphcost.models.ranker import Ranker, RankerSettings, reference_sets
 from graphcost.models.scorer import ConfigScorer, rank_file, score_graph
 
 __all__ = ["MODELS", "ConfigScorer", "Model", "Ranker", "RankerSettings", "RankingLoss",
            "as_model", "baselines", "listmle", "load_model", "model_names", "mse",
-           "pairwise_hinge", "rank_file", "reference_ids", "score_graph"]
+           "pairwise_hinge", "rank_file", "reference_sets", "score_graph"]

@@ -21,7 +21,7 @@ import torch
 from torch import Tensor, nn
 
 from graphcost.models.base import Batch, GraphTensors, RankingNet, collate, pool_own
-from graphcost.models.fastpath import STATE_BYTES, csr_tensor, propagate
+from graphcost.models.fastpath import STATE_BYTES, csr_tensor, propagate, state_configs
 from graphcost.models.official_layers import (
     DenseStack,
     OpEmbedding,
@@ -154,7 +154,7 @@ class TileGNN(_Official):
                 return torch.no_grad()(lambda cfg: self.postnet(torch.cat(
                     [pooled.expand(cfg.shape[0], -1), cfg], dim=-1)).squeeze(-1))
             first = self._first_layer(emb, b.x, m)
-        size = max(1, STATE_BYTES // (4 * n * self.s.hidden))
+        size = state_configs(STATE_BYTES, n, self.s.hidden)
 
         @torch.no_grad()
         def score(cfg: Tensor) -> Tensor:

@@ -23,11 +23,12 @@ Pipeline for a layout graph (the tile variant differs only where noted):
 
 Chunk-order independence at full size: during training the C sampled configs attend
 to each other. At prediction a graph's configs may be far too many for one pass, so
-every config attends to itself and to a FIXED REFERENCE SET of `ref_configs` configs
-of its graph (`reference_ids`: a seeded choice that depends only on the graph's
-number of configs; a query never sees itself twice). A config's score therefore
-depends only on the config and the graph, never on which chunk it was scored in, the
-chunk size, the order of chunks, or which other configs were asked for.
+every config attends to itself and to FIXED REFERENCE SETS of `ref_configs` configs
+of its graph (`reference_sets`: `ref_sets` seeded choices that depend only on the
+graph's number of configs; a query never sees itself twice), its score the mean over
+the sets. A config's score therefore depends only on the config and the graph, never
+on which chunk it was scored in, the chunk size, the order of chunks, or which other
+configs were asked for.
 """
 
 from __future__ import annotations
@@ -66,6 +67,7 @@ class RankerSettings:
     attn_layers: int = 1  # cross-config transformer blocks; 0 disables the attention
     heads: int = 4  # attention heads; hidden must be a multiple
     ref_configs: int = 32  # reference set size at prediction (≈ configs per graph in training)
+    ref_sets: int = 1  # reference sets at prediction; a score is the mean over them
     segment_size: int = 0  # layout: encode in segments of ~this many nodes (GST); 0: whole graph
     segment_halo: int = -1  # hops of context around a segment; −1: `layers` (exact node states)
     # separate weights for messages from users and from operands (DirectedSAGEConv). Off:
@@ -76,11 +78,13 @@ class RankerSettings:
     directed: bool = False
 
 
-def reference_ids(num_configs: int, size: int) -> np.ndarray:
-    """The fixed reference configs of a graph: a function of its config count alone."""
+def reference_sets(num_configs: int, size: int, sets: int = 1) -> list[np.ndarray]:
+    """The fixed reference sets of a graph, functions of its config count alone: `sets`
+    seeded draws of `size` configs (one set of all when there are no more than `size`)."""
     if num_configs <= size:
-        return np.arange(num_configs)
-    return np.sort(np.random.default_rng(0).choice(num_configs, size, replace=False))
+        return [np.arange(num_configs)]
+    return [np.sort(np.random.default_rng(i).choice(num_configs, size, replace=False))
+            for i in range(sets)]
 
 
 LAYOUT_VALUES = 7  # a minor-to-major entry is −1 (padding / compiler default) or a dim 0..5
@@ -319,6 +323,34 @@ class Ranker(RankingNet):
             h = block(h, h, same, mask)
         return self.head(h).squeeze(-1)
 
+    def reference_sets(self, num_configs: int) -> list[np.ndarray]:
+        """The graph's fixed reference sets at prediction (none without attention)."""
+        if not self.attn:
+            return []
+        return reference_sets(num_configs, self.s.ref_configs, self.s.ref_sets)
+
+    def _reference_states(self, ref: Tensor) -> list[Tensor]:
+        """A reference set's embeddings (1, R, d) → its state entering each block."""
+        mask = torch.ones(1, ref.shape[1], dtype=torch.bool, device=ref.device)
+        eye = torch.eye(ref.shape[1], dtype=torch.bool, device=ref.device).unsqueeze(0)
+        states = [ref]
+        for block in self.attn:
+            states.append(block(states[-1], states[-1], eye, mask))
+        return states
+
+    def _head_against(self, h: Tensor, sets: list[list[Tensor]], same: list[Tensor]) -> Tensor:
+        """Scores (Q,) of embeddings h (1, Q, d): the head after attending to each
+        reference set (`same` hides a query's own entry), averaged over the sets."""
+        if not sets:
+            return self.head(h).squeeze(-1)[0].float().cpu()
+        total = torch.zeros(h.shape[1], device=h.device)
+        for states, hide in zip(sets, same, strict=True):
+            x, mask = h, torch.ones(1, states[0].shape[1], dtype=torch.bool, device=h.device)
+            for block, r in zip(self.attn, states, strict=False):
+                x = block(x, r, hide, mask)
+            total += self.head(x).squeeze(-1)[0]
+        return (total / len(sets)).float().cpu()
+
     def head_parameters(self) -> list[nn.Parameter]:
         """What `score_embedding` learns: GST's final phase fine-tunes only these."""
         return [*self.attn.parameters(), *self.head.parameters()]
@@ -355,21 +387,17 @@ class Ranker(RankingNet):
 
         def chunks(a: np.ndarray) -> list[np.ndarray]:
             return [a[i:i + chunk_size] for i in range(0, len(a), chunk_size)]
-        ref_ids = reference_ids(g.num_configs, self.s.ref_configs)
-        ref = torch.cat([embed(c) for c in chunks(ref_ids)], dim=1)  # (1, R, d)
-        ref_mask = torch.ones(1, ref.shape[1], dtype=torch.bool, device=dev)
-        refs = [ref]  # the reference set's state entering each block
-        eye = torch.eye(ref.shape[1], dtype=torch.bool, device=dev).unsqueeze(0)
-        for block in self.attn:
-            refs.append(block(refs[-1], refs[-1], eye, ref_mask))
-        rid = torch.as_tensor(ref_ids, device=dev)
+
+        sets = self.reference_sets(g.num_configs)
+        union = np.unique(np.concatenate(sets)) if sets else np.zeros(0, np.int64)
+        emb = torch.cat([embed(c) for c in chunks(union)], dim=1) if sets else None
+        states = [self._reference_states(emb[:, np.searchsorted(union, r)]) for r in sets]
+        rids = [torch.as_tensor(r, device=dev) for r in sets]
         out = []
         for chunk in chunks(ids):
-            h = embed(chunk)
-            same = (torch.as_tensor(chunk, device=dev)[:, None] == rid[None, :]).unsqueeze(0)
-            for block, r in zip(self.attn, refs, strict=False):
-                h = block(h, r, same, ref_mask)
-            out.append(self.head(h).squeeze(-1)[0].float().cpu())
+            own = torch.as_tensor(chunk, device=dev)[:, None]
+            same = [(own == rid[None, :]).unsqueeze(0) for rid in rids]
+            out.append(self._head_against(embed(chunk), states, same))
         return torch.cat(out) if out else torch.zeros(0)
 
     def config_scorer(self, g: GraphTensors, chunk_size: int = 1024,
@@ -388,12 +416,10 @@ class Ranker(RankingNet):
                              "which config_scorer does not do; use score_configs")
         dev = self.device
         size = chunk_limit(g, chunk_size)
-        ref_ids = reference_ids(g.num_configs, self.s.ref_configs)
-        ref_cfg = g.configs(ref_ids).to(dev)
-        ref_flat = ref_cfg.reshape(len(ref_ids), -1)
         embed_fast = self._fast_embedder(g) if fast and dev.type == "cpu" else None
+        sets = self.reference_sets(g.num_configs)
         with torch.no_grad():
-            b = collate([(g, ref_ids[:1])]).to(dev)
+            b = collate([(g, np.zeros(1, np.int64))]).to(dev)
             state = self.graph_state(b) if embed_fast is None else None
 
             def embed(cfg: Tensor) -> Tensor:
@@ -402,22 +428,21 @@ class Ranker(RankingNet):
                 return self.embed_configs(b, state, cfg.unsqueeze(0) if self.kind == "tile"
                                           else cfg)
 
-            ref = torch.cat([embed(ref_cfg[i:i + size]) for i in range(0, len(ref_ids), size)],
-                            dim=1)  # (1, R, d)
-            ref_mask = torch.ones(1, ref.shape[1], dtype=torch.bool, device=dev)
-            refs = [ref]
-            eye = torch.eye(ref.shape[1], dtype=torch.bool, device=dev).unsqueeze(0)
-            for block in self.attn:
-                refs.append(block(refs[-1], refs[-1], eye, ref_mask))
+            def embed_all(cfg: Tensor) -> Tensor:
+                return torch.cat([embed(cfg[i:i + size]) for i in range(0, len(cfg), size)],
+                                 dim=1)
 
-        ref_codes = row_codes(ref_flat)
+            ref_cfgs = [g.configs(r).to(dev) for r in sets]
+            states = [self._reference_states(embed_all(c)) for c in ref_cfgs]
+        flats = [c.reshape(len(c), -1) for c in ref_cfgs]
+        codes = [row_codes(f) for f in flats]
 
-        def first_equal(chunk: Tensor) -> Tensor:  # (1, Q, R): the first equal reference
-            q = chunk.reshape(chunk.shape[0], -1).to(ref_flat.dtype)
-            qi, ri = (row_codes(q)[:, None] == ref_codes[None, :]).nonzero(as_tuple=True)
-            same = (q[qi] == ref_flat[ri]).all(1)  # hashes equal: compare the rows
-            eq = torch.zeros(q.shape[0], ref_flat.shape[0], dtype=torch.bool, device=q.device)
-            eq[qi[same], ri[same]] = True
+        def first_equal(q: Tensor, flat: Tensor, code: Tensor) -> Tensor:
+            """(1, Q, R): each query's first equal reference."""
+            qi, ri = (row_codes(q)[:, None] == code[None, :]).nonzero(as_tuple=True)
+            hit = (q[qi] == flat[ri]).all(1)  # hashes equal: compare the rows
+            eq = torch.zeros(q.shape[0], flat.shape[0], dtype=torch.bool, device=q.device)
+            eq[qi[hit], ri[hit]] = True
             return (eq & (eq.cumsum(1) == 1)).unsqueeze(0)
 
         @torch.no_grad()
@@ -425,10 +450,10 @@ class Ranker(RankingNet):
             out = []
             for i in range(0, configs.shape[0], size):
                 chunk = configs[i:i + size].to(dev)
-                h, same = embed(chunk), first_equal(chunk)
-                for block, r in zip(self.attn, refs, strict=False):
-                    h = block(h, r, same, ref_mask)
-                out.append(self.head(h).squeeze(-1)[0].float().cpu())
+                q = chunk.reshape(chunk.shape[0], -1)
+                same = [first_equal(q.to(f.dtype), f, c)
+                        for f, c in zip(flats, codes, strict=True)]
+                out.append(self._head_against(embed(chunk), states, same))
             return torch.cat(out) if out else torch.zeros(0)
 
         return score
