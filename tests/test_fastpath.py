@@ -136,3 +136,20 @@ def test_bench_compare_paths_reports_both():
     assert cell["ratio"] == pytest.approx(cell["fast_configs_per_s"]
                                           / cell["plain_configs_per_s"])
     assert cell["max_rel_diff"] <= TOL
+
+
+def test_local_path_when_a_region_holds_every_node():
+    """On a tiny graph one changed node's region is the whole graph: the max must then
+    come from the region alone (no node is left outside)."""
+    m, gt, _ = build("ranker", "layout", 12, 6, seed=4)
+    engine = LayoutEngine(layers_of(m, gt), gt)
+    configs = gt.configs(np.arange(6))
+    local = configs[0].repeat(5, 1, 1)
+    local[:, 0] = configs[1:, 0]
+    with torch.no_grad():
+        regions = engine._regions((local != configs[0]).any(-1).numpy())
+        covered = np.diff(regions[-1].indptr)
+        got = engine.local(local, engine.base(configs[0]), regions)
+        want = engine.batched(local)
+    assert covered.max() == engine.n  # the case this test is for
+    close(want, got)

@@ -140,7 +140,7 @@ class LayoutEngine:
     """Scores of layout configs of one graph through `net` (a `LayoutLayers`), exact."""
 
     def __init__(self, net: LayoutLayers, g: GraphTensors, state_bytes: int = STATE_BYTES):
-        self.net, self.g = net, g
+        self.net = net
         self.n = int(g.x.shape[0])
         self.config_nodes = g.config_nodes
         self.kidx = torch.full((self.n,), -1, dtype=torch.long)
@@ -190,7 +190,7 @@ class LayoutEngine:
 
     def batched(self, configs: Tensor) -> Tensor:
         """Outputs of configs (C, K, F) in chunks of one cache-sized state each."""
-        size = max(1, state_configs(self.state_bytes, self.n, self.net.width))
+        size = state_configs(self.state_bytes, self.n, self.net.width)
         out = []
         for i in range(0, configs.shape[0], size):
             total, on_config, top = self._full(configs[i:i + size])
@@ -227,7 +227,7 @@ class LayoutEngine:
             s.sort_indices()
         return out
 
-    def _rows(self, s: sp.csr_matrix, configs: Tensor, base: _Base) -> Rows:
+    def _rows(self, s: sp.csr_matrix, configs: Tensor) -> Rows:
         q = torch.from_numpy(np.repeat(np.arange(s.shape[0]), np.diff(s.indptr)))
         node = torch.from_numpy(s.indices.astype(np.int64))
         k = self.kidx[node]
@@ -239,7 +239,7 @@ class LayoutEngine:
     def local(self, configs: Tensor, base: _Base, regions: list[sp.csr_matrix]) -> Tensor:
         """Outputs of configs (Q, K, F) recomputed inside their regions only."""
         net, n = self.net, self.n
-        rows = [self._rows(s, configs, base) for s in regions]
+        rows = [self._rows(s, configs) for s in regions]
         keys = [(r.config * n + r.node).numpy() for r in rows]
         h = net.start(rows[0])
         for layer in range(1, net.layers + 1):
@@ -300,7 +300,8 @@ class LayoutEngine:
             if not unresolved.any():
                 break
         node = order.gather(0, first)  # (Q, d) the largest node outside each region
-        return torch.maximum(inside, base.h[-1].gather(0, node))
+        outside = base.h[-1].gather(0, node).masked_fill(unresolved, float("-inf"))
+        return torch.maximum(inside, outside)  # unresolved: the region holds every node
 
     # -- both --------------------------------------------------------------------------
 

@@ -377,8 +377,9 @@ class Ranker(RankingNet):
         ids = np.asarray(ids, dtype=np.int64)
         dev = self.device
         segments = split_segments(g, self.s.segment_size, self.segment_halo)  # g unless GST
-        chunk_size = chunk_limit(segments.largest, chunk_size)
         embed_fast = self._fast_embedder(g) if fast and dev.type == "cpu" else None
+        if embed_fast is None:  # the fast paths bound their own memory
+            chunk_size = chunk_limit(segments.largest, chunk_size)
 
         def embed(chunk: np.ndarray) -> Tensor:
             if embed_fast is not None:
@@ -415,8 +416,8 @@ class Ranker(RankingNet):
             raise ValueError(f"{g.name}: this ranker encodes the graph in segments (GST), "
                              "which config_scorer does not do; use score_configs")
         dev = self.device
-        size = chunk_limit(g, chunk_size)
         embed_fast = self._fast_embedder(g) if fast and dev.type == "cpu" else None
+        size = chunk_size if embed_fast is not None else chunk_limit(g, chunk_size)
         sets = self.reference_sets(g.num_configs)
         with torch.no_grad():
             b = collate([(g, np.zeros(1, np.int64))]).to(dev)
