@@ -200,3 +200,13 @@ def test_compare_refuses_a_file_that_is_not_a_crossval_result(tmp_path):
     result = CliRunner().invoke(main, ["compare", str(bad), "--against", str(bad)])
     assert result.exit_code != 0 and isinstance(result.exception, SystemExit)
     assert "bad.json" in result.output and "not a crossval result" in result.output
+
+
+def test_compare_refuses_a_seed_twice_on_one_side(tmp_path):
+    data = write_families(tmp_path, "tile")
+    out = tmp_path / "a.json"
+    CliRunner().invoke(main, ["crossval", str(data), "--folds", "3", "--model", "mlp",
+                              "--json", str(out), *FAST])
+    result = CliRunner().invoke(main, ["compare", str(out), str(out), "--against", str(out)])
+    assert result.exit_code != 0 and isinstance(result.exception, SystemExit)
+    assert "two results of one seed" in result.output

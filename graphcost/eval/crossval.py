@@ -210,6 +210,11 @@ def compare_crossval(runs: list[dict], against: list[dict], metric: str = "score
     for side in (runs, against):
         if not side:
             raise UserError("compare needs at least one crossval result on each side")
+    for name, side_runs in (("RUNS", runs), ("--against", against)):
+        seeds = [r["seed"] for r in side_runs]
+        if len(set(seeds)) < len(seeds):
+            raise UserError(f"{name} holds two results of one seed ({seeds}): one file per "
+                            "seed on each side, and --against before each of its files")
     collections = {r["collection"] for r in runs + against}
     if len(collections) > 1:
         raise UserError(f"the results are of different collections: {sorted(collections)}")
