@@ -24,6 +24,7 @@ from graphcost.data.inspect import sample_root
 from graphcost.data.noise import noise_ceiling as split_noise_ceiling
 from graphcost.errors import UserError
 from graphcost.eval.evaluate import evaluate_model
+from graphcost.eval.metrics import MeanCI
 from graphcost.eval.report import (
     RunResult,
     format_table,
@@ -144,8 +145,27 @@ def run_demo(out_dir: str | Path = "runs/demo", data: str | Path | None = None,
                  "between two timing rounds of the same executables.")
     page = write_report(results, out / "report", "graphcost demo", noise, rows_note)
     log(format_table(summary_rows(results, noise)))
+    if data is None:
+        log(crossval_summary(root / "crossval.json"))
     log(f"demo finished in {seconds:.0f} s; report: {page}")
     return results, page
+
+
+def crossval_summary(path: Path) -> str:
+    """The stored leave-family-out comparison of the ranker with the official baselines
+    on the bundled collections (what the test split above cannot show: programs of
+    families never trained on), with the commands that reproduce it."""
+    stored = json.loads(path.read_text())
+    lines = [f"On programs of families never trained on ({stored['what']}; measured at "
+             f"{stored['commit']}, see {stored['details']}):"]
+    for c in stored["comparisons"]:
+        d = MeanCI(**c["difference"])
+        lines.append(f"  {c['collection']:<20} {c['runs']['model']} "
+                     f"{c['runs']['mean']['mean']:.3f} vs {c['against']['model']} "
+                     f"{c['against']['mean']['mean']:.3f}: difference {d.mean:+.3f} "
+                     f"[{d.lo:+.3f}, {d.hi:+.3f}] over {c['graphs']} graphs")
+    lines += [f"  reproduce: {cmd}" for cmd in stored["commands"]]
+    return "\n".join(lines)
 
 
 def report_run(run_dir: str | Path, out_dir: str | Path | None = None,

@@ -48,3 +48,20 @@ def test_report_command_on_a_training_run(tmp_path):
     summary = json.loads((run / "report" / "summary.json").read_text())
     assert summary[0]["score"] == evaluation["summary"]["score"]
     assert (run / "report" / "tile_mini_learning.png").exists()
+
+
+def test_demo_summary_of_the_stored_crossval_names_every_bundled_collection():
+    from graphcost.data.collection import find_collections
+    from graphcost.data.inspect import sample_root
+    from graphcost.demo import crossval_summary
+
+    path = sample_root() / "crossval.json"
+    stored = json.loads(path.read_text())
+    text = crossval_summary(path)
+    bundled = set(find_collections(sample_root() / "npz"))
+    assert {c["collection"] for c in stored["comparisons"]} == bundled
+    for c in stored["comparisons"]:
+        # each line carries the stored paired difference, over the graphs both scored
+        assert f"difference {c['difference']['mean']:+.3f}" in text
+        assert c["graphs"] == c["difference"]["n"] > 0
+    assert "graphcost crossval" in text and "graphcost compare" in text
