@@ -378,7 +378,7 @@ class Ranker(RankingNet):
         dev = self.device
         segments = split_segments(g, self.s.segment_size, self.segment_halo)  # g unless GST
         embed_fast = self._fast_embedder(g) if fast and dev.type == "cpu" else None
-        if embed_fast is None:  # the fast paths bound their own memory
+        if embed_fast is None or self.kind == "layout":  # tile: no node state per config
             chunk_size = chunk_limit(segments.largest, chunk_size)
 
         def embed(chunk: np.ndarray) -> Tensor:
@@ -417,7 +417,8 @@ class Ranker(RankingNet):
                              "which config_scorer does not do; use score_configs")
         dev = self.device
         embed_fast = self._fast_embedder(g) if fast and dev.type == "cpu" else None
-        size = chunk_size if embed_fast is not None else chunk_limit(g, chunk_size)
+        tile_fast = embed_fast is not None and self.kind == "tile"  # no node state per config
+        size = chunk_size if tile_fast else chunk_limit(g, chunk_size)
         sets = self.reference_sets(g.num_configs)
         with torch.no_grad():
             b = collate([(g, np.zeros(1, np.int64))]).to(dev)
