@@ -57,7 +57,9 @@ def test_collection_resumes_after_a_stop_and_measures_noise(tmp_path):
     assert len(tasks) == 6
     first = collect(spec)
     assert first.written == 2 and first.remaining == 4
-    (tmp_path / "log.jsonl").open("a").write('{"cut off by a ki')  # a kill mid-write
+    lines = (tmp_path / "log.jsonl").read_text().splitlines(keepends=True)
+    unlogged = json.loads(lines[-1])["path"]  # killed after writing the file, before its line
+    (tmp_path / "log.jsonl").write_text("".join(lines[:-1]) + '{"cut off by a ki')
     spec.limit = 0
     second = collect(spec)
     assert second.skipped == 2 and second.written == 4 and second.remaining == 0
@@ -69,6 +71,8 @@ def test_collection_resumes_after_a_stop_and_measures_noise(tmp_path):
     log = [json.loads(x) for x in (tmp_path / "log.jsonl").read_text().splitlines()
            if x.startswith('{"') and '"status": "ok"' in x]
     assert sorted(e["path"] for e in log) == sorted(map(str, files))  # each graph once
+    recovered = [e for e in log if e.get("recovered")]
+    assert [e["path"] for e in recovered] == [unlogged] and recovered[0]["noise_tau"] is not None
     colls = find_collections(tmp_path / "npz")
     assert set(colls) == {"layout:cpu:random", "layout:cpu:default", "options:cpu"}
     for name, coll in colls.items():

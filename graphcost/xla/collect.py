@@ -152,6 +152,39 @@ def _append_log(out: Path, summary: dict[str, Any]) -> None:
         f.write(("\n" if torn else "") + json.dumps(summary) + "\n")
 
 
+def recovered_summary(task: Task, spec: CollectSpec) -> dict[str, Any]:
+    """The log entry of a graph whose file was written but whose log line a kill cut
+    off (the worker writes the file, the parent then logs it): what the file tells,
+    marked `recovered`; its compile and timing seconds are lost (0)."""
+    from graphcost.data.noise import file_noise_tau
+    from graphcost.formats import read_graph
+    from graphcost.formats.npz import read_extra
+
+    path = task.path(spec.out)
+    g = read_graph(path)
+    runtime = np.asarray(g.config_runtime, dtype=np.float64)
+    prints = read_extra(path).get("config_fingerprint")
+    return {"task": asdict(task), "path": str(path), "status": "ok", "recovered": True,
+            "name": task.program, "kind": task.kind, "kept": g.num_configs,
+            "distinct": int(np.unique(prints).size) if prints is not None else g.num_configs,
+            "compile_s": 0.0, "time_s": 0.0, "finished": path.stat().st_mtime,
+            "runtime_max_over_min": float(runtime.max() / runtime.min()),
+            "median_runtime_ms": float(np.median(runtime) / 1e6),
+            "noise_tau": file_noise_tau(path), "nodes": g.num_nodes,
+            "random_top5_score": random_pick_score(g.config_runtime)}
+
+
+def log_unlogged(spec: CollectSpec, tasks: list[Task]) -> int:
+    """Log every written graph the log does not hold as ok (`recovered_summary`), so
+    that after a kill the log again lists each written graph once; how many."""
+    logged = read_log(spec.out)
+    missing = [t for t in tasks if t.path(spec.out).exists()
+               and logged.get(str(t.path(spec.out)), {}).get("status") != "ok"]
+    for t in missing:
+        _append_log(Path(spec.out), recovered_summary(t, spec))
+    return len(missing)
+
+
 def pending_tasks(spec: CollectSpec, tasks: list[Task]) -> list[Task]:
     """Tasks with no written graph (and, unless retrying, no logged failure)."""
     logged = read_log(spec.out)
@@ -196,6 +229,7 @@ def collect(spec: CollectSpec, progress: Callable[[int, int], Callable[[dict], A
     tasks = plan_tasks(spec)
     if spec.shard:  # this machine's part of the whole plan, recorded in OUT/shard.json
         tasks = take_shard(spec, tasks)
+    log_unlogged(spec, tasks)
     todo = pending_tasks(spec, tasks)
     skipped = len(tasks) - len(todo)
     if spec.limit:
