@@ -13,9 +13,10 @@ reset before each step). Layout configs come in three kinds:
 - default: the compiler default (all −1) with 1-3 nodes set, as the official
   layout `default` collections and `graphcost collect --mode default` make them.
 
-The limit of the batched path is its matmul work: `flops_per_config` is counted by
-torch's FlopCounterMode on one config, and `bound_configs_per_s` divides the core's
-measured dense matmul throughput (one thread, a (N, 64) × (64, 64) product) by it.
+The limit of the batched path is its matmul work: `flops_per_config` counts the dense
+layers' FLOPs (forward hooks on every Linear) while 8 random configs are scored, and
+`bound_configs_per_s` divides the core's measured dense matmul throughput (one thread,
+a (8192, 64) × (64, 64) product) by it.
 """
 
 from __future__ import annotations
@@ -30,7 +31,6 @@ import torch
 from torch_geometric.nn import Linear as PygLinear
 
 MODELS = {"layout": ("ranker", "resgcn"), "tile": ("ranker", "sage-early", "sage-late")}
-CONFIG_KINDS = {"layout": ("random", "local", "default"), "tile": ("random",)}
 
 
 def configs_for(nodes: int) -> int:
