@@ -86,8 +86,7 @@ class LayoutLayers(Protocol):
 class _Base:
     """Every state of one config (the base of the local path)."""
 
-    key: bytes
-    config: Tensor  # (K, F)
+    key: bytes  # the config's (K, F) entries as bytes
     h: list[Tensor]  # states after each layer, h[0] the joined inputs: (N, d)
     y: list[Tensor]  # y[l] (N, d_y): what layer l aggregates (y[0] unused)
     agg: list[Tensor]  # agg[l] = A y[l]
@@ -209,7 +208,7 @@ class LayoutEngine:
         if self._base is None or self._base.key != key:
             total, on_config, _, hs, ys, aggs = self._full(config.unsqueeze(0), keep=True)
             order = hs[-1].argsort(dim=0, descending=True) if self.net.uses_max else None
-            self._base = _Base(key, config, hs, ys, aggs, total[0], on_config[0], order)
+            self._base = _Base(key, hs, ys, aggs, total[0], on_config[0], order)
         return self._base
 
     def _regions(self, changed: np.ndarray) -> list[sp.csr_matrix]:
