@@ -213,8 +213,7 @@ class RankerLayers:
         return self.net.norms[layer - 1](h)
 
     def post(self, layer: int, agg: Tensor, y: Tensor, h: Tensor, r: Rows) -> Tensor:
-        conv = self.net.convs[layer - 1]
-        return h + nn.functional.gelu(conv.lin_l(agg).addmm_(y, conv.lin_r.weight.t()))
+        return self.net.sage_step(layer - 1, h, y, agg)
 
     def readout(self, total: Tensor, on_config: Tensor, top: Tensor | None, nodes: int,
                 config_nodes: int) -> Tensor:
@@ -273,10 +272,16 @@ class Ranker(RankingNet):
         b = collate([(g, np.zeros(1, np.int64))])
         h = self.node_in(torch.cat([b.x, self.opcode(b.opcode)], dim=-1))
         a = csr_tensor(mean_adjacency(g))
-        for conv, norm in zip(self.convs, self.norms, strict=True):
+        for i, norm in enumerate(self.norms):
             y = norm(h)
-            h = h + nn.functional.gelu(conv.lin_l(propagate(a, y)) + conv.lin_r(y))
+            h = self.sage_step(i, h, y, propagate(a, y))
         return torch.cat([h.mean(0), h.amax(0)]).unsqueeze(0)
+
+    def sage_step(self, i: int, h: Tensor, y: Tensor, agg: Tensor) -> Tensor:
+        """Layer i of `_gnn` given y = LayerNorm(h) and agg, the mean of y over each
+        node's neighbours, however computed: h + GELU(W_l·agg + W_r·y) (undirected)."""
+        conv = self.convs[i]
+        return h + nn.functional.gelu(conv.lin_l(agg).addmm_(y, conv.lin_r.weight.t()))
 
     @property
     def segment_halo(self) -> int:
