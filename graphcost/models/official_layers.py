@@ -97,10 +97,24 @@ def sym_propagate(x: Tensor, edge_index: Tensor) -> Tensor:
     duplicate edges counted as often as they occur."""
     n = x.shape[-2]
     src, dst = edge_index
-    deg = 1.0 + torch.bincount(src, minlength=n) + torch.bincount(dst, minlength=n)
-    w = deg.to(x.dtype).rsqrt()
+    w = _sym_degree(edge_index, n).to(x.dtype).rsqrt()
     y = _scale(x, w)
     return _scale(y + _gather_sum(y, src, dst, n) + _gather_sum(y, dst, src, n), w)
+
+
+def _sym_degree(edge_index: Tensor, n: int) -> Tensor:
+    """D of A + Aᵀ + I: each node's edges, both ways, plus one."""
+    src, dst = edge_index
+    return 1.0 + torch.bincount(src, minlength=n) + torch.bincount(dst, minlength=n)
+
+
+def sym_matrix(edge_index: Tensor, n: int) -> sp.csr_matrix:
+    """Â = D^{-1/2}(A + Aᵀ + I)D^{-1/2} (N, N): what `sym_propagate` applies."""
+    w = 1.0 / np.sqrt(_sym_degree(edge_index, n).double().numpy())
+    src, dst = edge_index.numpy()
+    loops = np.arange(n)
+    rows, cols = np.concatenate([dst, src, loops]), np.concatenate([src, dst, loops])
+    return sp.csr_matrix((w[rows] * w[cols], (rows, cols)), shape=(n, n))
 
 
 def right_norm(edge_index: Tensor, n: int, dtype: torch.dtype) -> Tensor:

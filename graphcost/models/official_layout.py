@@ -25,6 +25,7 @@ from graphcost.models.official_layers import (
     SymGCNConv,
     act,
     kernel_l2,
+    sym_matrix,
 )
 
 
@@ -178,13 +179,7 @@ class ResModelLayers:
         self.node = torch.cat([b.x, net.opcode(b.opcode)], dim=-1)  # (N, ·): once per graph
 
     def adjacency(self, g: GraphTensors) -> sp.csr_matrix:
-        n = g.x.shape[0]
-        src, dst = g.edge_index[:, g.edge_forward].numpy()
-        w = 1.0 / np.sqrt(1.0 + np.bincount(src, minlength=n) + np.bincount(dst, minlength=n))
-        loops = np.arange(n)
-        rows = np.concatenate([dst, src, loops])
-        cols = np.concatenate([src, dst, loops])
-        return sp.csr_matrix((w[rows] * w[cols], (rows, cols)), shape=(n, n))
+        return sym_matrix(g.edge_index[:, g.edge_forward], g.x.shape[0])
 
     def _config(self, r: Rows) -> Tensor:
         return self.net.s.config_scale * r.cfg
