@@ -17,9 +17,10 @@ import types
 from typing import Any
 
 from graphcost.autotune.chosen import apply, how_to_apply, load_config, save_config
+from graphcost.autotune.program import load_target
 from graphcost.autotune.search import SearchResult, search
 from graphcost.autotune.space import LayoutConfigs, OptionConfigs
-from graphcost.autotune.tune import AutotuneResult, Measured, autotune, format_result, load_target
+from graphcost.autotune.tune import AutotuneResult, Measured, autotune, format_result
 
 __all__ = ["AutotuneResult", "LayoutConfigs", "Measured", "OptionConfigs", "SearchResult",
            "apply", "autotune", "format_result", "how_to_apply", "load_config", "load_target",

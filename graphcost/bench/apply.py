@@ -59,7 +59,7 @@ def moved_parameter_config(name: str, fn: Callable, args: Sequence[Any],
                            seed: int = 0) -> dict[str, Any] | None:
     """A config of the program's layout space that sets some argument's layout (None if
     a few random draws find none)."""
-    from graphcost.autotune.tune import prepare
+    from graphcost.autotune.program import prepare
 
     t = prepare(name, fn, args, "layout")
     for plan in t.configs.sample(64, np.random.default_rng(seed)):
@@ -71,7 +71,7 @@ def moved_parameter_config(name: str, fn: Callable, args: Sequence[Any],
 def bench_apply(programs: Sequence[str], calls: int = 200, rounds: int = 5,
                 on_row: Callable[[dict], None] | None = None) -> dict:
     """Rows per (program, config): µs per call of jit and of apply, and their ratio."""
-    from graphcost.autotune.tune import load_target
+    from graphcost.autotune.program import load_target
 
     rows = []
     for spec in programs:

@@ -22,7 +22,8 @@ from typing import Any
 
 import numpy as np
 
-from graphcost.autotune.tune import autotune, pinned
+from graphcost.autotune.program import pinned
+from graphcost.autotune.tune import autotune
 from graphcost.xla.measure import Protocol
 from graphcost.xla.programs import FAMILIES, family_of, make_program
 

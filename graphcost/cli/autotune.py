@@ -28,7 +28,8 @@ def autotune_cmd(spec: str, model_path: str, out: str, report_path: str | None, 
     """
     core = pin(core, no_pin)
     from graphcost.autotune.chosen import how_to_apply, save_config
-    from graphcost.autotune.tune import autotune, format_result, load_target
+    from graphcost.autotune.program import load_target
+    from graphcost.autotune.tune import autotune, format_result
     from graphcost.xla.measure import Protocol
 
     try:
@@ -52,7 +53,7 @@ def autotune_cmd(spec: str, model_path: str, out: str, report_path: str | None, 
 def apply_cmd(config_path: str, spec: str) -> None:
     """Compile a program with an autotuned config, run it once and compare with jax.jit."""
     from graphcost.autotune.chosen import agrees_with_jit, apply, how_to_apply, load_config
-    from graphcost.autotune.tune import load_target
+    from graphcost.autotune.program import load_target
 
     config = load_config(config_path)  # a bad file: a UserError, exit 2
     try:

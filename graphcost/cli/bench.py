@@ -136,6 +136,58 @@ def bench_autotune_cmd(model_path: str | None, data: str | None, kind: str, trai
         write_json(result, json_path)
 
 
+@bench.command("pool")
+@click.option("--model", "model_path", type=click.Path(exists=True), default=None,
+              help="A saved model (its training families must be kept out of the programs).")
+@click.option("--data", type=click.Path(exists=True), default=None,
+              help="Train a small ranker on this collection; its families are held out.")
+@click.option("--kind", type=click.Choice(["layout", "options"]), default="layout",
+              show_default=True, help="What to measure for training when neither is given.")
+@click.option("--families", default=None, help="Comma-separated families to tune "
+              "(default: every zoo family not used for training).")
+@click.option("--programs", default=None, help="Comma-separated program names to tune.")
+@click.option("--per-family", default=1, show_default=True, help="Programs per family.")
+@click.option("--pool", "pool_size", default=48, show_default=True,
+              help="Configs sampled per program and all measured (the default included).")
+@click.option("--k", default=5, show_default=True, help="Measurements each strategy may spend.")
+@click.option("--batches", default=2, show_default=True,
+              help="The learning strategy measures its K in this many batches.")
+@click.option("--runs", default=20, show_default=True, help="Timed calls per round.")
+@click.option("--warmup", default=3, show_default=True, help="Untimed calls first.")
+@click.option("--rounds", default=2, show_default=True, help="Rounds timing the pool.")
+@click.option("--confirm-rounds", default=5, show_default=True,
+              help="Fresh rounds re-timing each strategy's choice and the pool's best.")
+@click.option("--core", type=int, default=None,
+              help="Pin to this core (default: the first one allowed).")
+@click.option("--no-pin", is_flag=True, help="Do not pin (timings drift more).")
+@click.option("--seed", default=0, show_default=True)
+@click.option("--epochs", default=30, show_default=True, help="Training epochs (small ranker).")
+@json_option
+def bench_pool_cmd(model_path: str | None, data: str | None, kind: str, families: str | None,
+                   programs: str | None, per_family: int, pool_size: int, k: int, batches: int,
+                   runs: int, warmup: int, rounds: int, confirm_rounds: int, core: int | None,
+                   no_pin: bool, seed: int, epochs: int, json_path: str | None) -> None:
+    """Model, learning and random search against exhaustive measurement of a sampled pool."""
+    from graphcost.errors import UserError
+
+    core = pin(core, no_pin)
+    if pool_size < 2 or k < 1 or batches < 1 or confirm_rounds < 2:
+        raise UserError("need --pool >= 2, --k >= 1, --batches >= 1 and --confirm-rounds >= 2")
+    from graphcost.bench.autotune import choose_model, programs_to_tune
+    from graphcost.bench.pool import bench_pool, format_pool
+    from graphcost.xla.measure import Protocol
+
+    model, info = choose_model(model_path, data, kind, epochs=epochs, seed=seed, log=click.echo)
+    names = programs_to_tune(info, per_family, comma_list(families), comma_list(programs))
+    result = bench_pool(names, model, info, pool_size, k, batches,
+                        Protocol(warmup, runs, rounds), confirm_rounds, seed, None,
+                        log=click.echo)
+    result["core"] = core  # pinned above, for the whole process
+    click.echo(format_pool(result))
+    if json_path:
+        write_json(result, json_path)
+
+
 @bench.command("scale")
 @click.option("--sizes", default="1000,10000,50000,200000", show_default=True,
               help="graph sizes in nodes, comma-separated")

@@ -90,8 +90,10 @@ def fit(model: Model, train_graphs: Sequence[Graph], valid_graphs: Sequence[Grap
     if ckpt is not None:  # the transform and weights of the run being resumed
         model.build(FeatureTransform.from_dict(ckpt["model"]["transform"]))
         model.net.load_state_dict(ckpt["model"]["state_dict"])
-    else:
+    elif not s.warm_start:
         model.build(model.fit_transform(train_graphs))
+    elif model.net is None:
+        raise ValueError("warm_start needs a fitted model: train or load one first")
     net = model.net.to(ctx.device)
     step = strategy(model, ctx.wrap(net), train_graphs, s, ctx, out)
     valid_pool = validation_items(model, valid_graphs or [], s)

@@ -73,6 +73,9 @@ class TrainSettings:
     head_finetune_epochs: int = 2  # gst: final epochs training only the head, encoder frozen
     gst_max_configs: int = 1000  # gst: train on a fixed subset of ≤ this many configs per graph
     memory_budget: str = "75%"  # full: refuse steps estimated above this ('75%', '8G', 'off')
+    # True: start from the model's own transform and weights (fine-tuning a trained model,
+    # as autotuning does with what it measures) instead of fitting new ones
+    warm_start: bool = False
 
     def check(self) -> None:
         """Refuse settings no run can use, naming the setting and what it must be."""

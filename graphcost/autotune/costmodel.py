@@ -1,0 +1,169 @@
+"""A program's cost model that learns from what autotuning measures.
+
+The interface a tuner needs to learn while it measures (TVM MetaSchedule's and Ansor's):
+`predict(configs)` scores configurations (lower = faster), `update(configs, runtimes)`
+adds measurements and fine-tunes on everything measured so far, `save`/`load` keep both
+the fine-tuned model and the measurements, so tuning can stop and go on later.
+
+A trained model ranks a program it never saw only loosely; a handful of the program's
+own measurements says which of its differences matter here. `update` fine-tunes a
+private copy of the model (the caller's model is never changed) through the one
+training loop (`fit` with `warm_start`), on one graph: the program with the measured
+configurations as its configs, ranked with the model's own loss.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Callable, Sequence
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import torch
+
+from graphcost.autotune.program import Tunable
+from graphcost.autotune.space import Config
+from graphcost.errors import UserError
+from graphcost.models.model import Model, atomic_save, load_checkpoint
+from graphcost.models.scorer import ConfigScorer
+from graphcost.train import TrainSettings, fit
+
+FORMAT = "graphcost-costmodel/1"
+
+
+def finetune_settings(steps: int = 30, lr: float = 5e-4, seed: int = 0) -> TrainSettings:
+    """One step per epoch on the one graph, every measured config in each step, no warm-up
+    or early stopping: a few small steps that move the model towards the measured order
+    without forgetting what it learned from the collection."""
+    return TrainSettings(epochs=steps, steps_per_epoch=1, graphs_per_batch=1,
+                         configs_per_graph=1024, lr=lr, warmup_steps=0, patience=steps,
+                         seed=seed, progress=False, warm_start=True)
+
+
+class CostModel:
+    """`predict` / `update` / `save` / `load` for one program (`Tunable`).
+
+    `reference` are the configs whose graph fixes what the model compares a candidate
+    with (the ranker's reference set); autotuning passes its initial sample.
+    """
+
+    def __init__(self, model: Model, tunable: Tunable, reference: Sequence[Config],
+                 settings: TrainSettings | None = None):
+        if model.net is None:
+            raise RuntimeError("the model is not fitted: train it or load() one")
+        self.model = Model.from_state(model.state())  # a private copy: update changes it
+        self.tunable = tunable
+        self.reference = tunable.configs.encode(reference)
+        self.settings = settings or finetune_settings()
+        self.measured = np.zeros((0, *self.reference.shape[1:]), dtype=np.float32)
+        self.runtime_ns = np.zeros(0)
+        self.updates = 0
+        self._score: Callable[[np.ndarray], np.ndarray] | None = None
+
+    def scorer(self) -> Callable[[np.ndarray], np.ndarray]:
+        """Scores of encoded configs (the graph encoded once per model state)."""
+        if self._score is None:
+            graph = self.tunable.graph_of(self.reference)
+            self._score = ConfigScorer(self.model, graph).candidates()
+        return self._score
+
+    def predict(self, configs: Sequence[Config]) -> np.ndarray:
+        """Model scores of `configs`, lower = predicted faster."""
+        return np.asarray(self.scorer()(self.tunable.configs.encode(configs)), np.float64)
+
+    def update(self, configs: Sequence[Config], runtime_ns: Sequence[float]) -> bool:
+        """Add measurements (a failed one as NaN: left out) and fine-tune on all measured.
+
+        Returns whether the model changed: fine-tuning needs two different runtimes.
+        """
+        rt = np.asarray(runtime_ns, dtype=np.float64)
+        if len(rt) != len(configs):
+            raise ValueError(f"{len(configs)} configs but {len(rt)} runtimes")
+        ok = np.isfinite(rt) & (rt > 0)
+        if ok.any():
+            feat = self.tunable.configs.encode([c for c, o in zip(configs, ok, strict=True) if o])
+            self.measured = np.concatenate([self.measured, feat])
+            self.runtime_ns = np.concatenate([self.runtime_ns, rt[ok]])
+        if len(np.unique(self.runtime_ns)) < 2:
+            return False
+        graph = self.tunable.graph_of(self.measured, self.runtime_ns)
+        fit(self.model, [graph], None, dataclasses.replace(self.settings,
+                                                            seed=self.settings.seed + self.updates))
+        self.updates += 1
+        self._score = None
+        return True
+
+    def save(self, path: str | Path) -> Path:
+        """The fine-tuned model, the measurements and the settings, in one file."""
+        return atomic_save({"format": FORMAT, "program": self.tunable.name,
+                            "model": self.model.state(),
+                            "reference": torch.from_numpy(self.reference),
+                            "measured": torch.from_numpy(self.measured),
+                            "runtime_ns": torch.from_numpy(self.runtime_ns),
+                            "updates": self.updates,
+                            "settings": dataclasses.asdict(self.settings)}, path)
+
+    @classmethod
+    def load(cls, path: str | Path, tunable: Tunable) -> CostModel:
+        """A saved cost model, for the same program (`tunable`) it was saved for."""
+        state: dict[str, Any] = load_checkpoint(path)
+        if state.get("format") != FORMAT:
+            raise UserError(f"{path}: not a graphcost cost model (format "
+                            f"{state.get('format')!r}, expected {FORMAT!r})")
+        if state["program"] != tunable.name:
+            raise UserError(f"{path}: a cost model of {state['program']!r}, not of "
+                            f"{tunable.name!r}")
+        reference = state["reference"].numpy()
+        shape = tunable.configs.encode([tunable.configs.default()]).shape[1:]
+        if reference.shape[1:] != shape:
+            raise UserError(f"{path}: its configs have shape {tuple(reference.shape[1:])}, "
+                            f"this program's {tuple(shape)}: the program changed")
+        cm = cls.__new__(cls)
+        cm.model = Model.from_state(state["model"])
+        cm.tunable, cm.reference = tunable, reference
+        cm.settings = TrainSettings(**state["settings"])
+        cm.measured = state["measured"].numpy()
+        cm.runtime_ns = state["runtime_ns"].numpy()
+        cm.updates, cm._score = int(state["updates"]), None
+        return cm
+
+
+def batch_sizes(k: int, batches: int) -> list[int]:
+    """`k` measurements split into `batches` near-equal batches, the smaller ones first
+    (the sooner the model learns, the more batches its update can help)."""
+    if k < 1 or batches < 1:
+        raise UserError(f"k and batches must be at least 1, got k={k}, batches={batches}")
+    b = min(k, batches)
+    return [k // b + (i >= b - k % b) for i in range(b)]
+
+
+def learn_while_measuring(cm: CostModel, propose: Callable[[], Sequence[Config]],
+                          measure: Callable[[list[Config]], np.ndarray], k: int,
+                          batches: int, measured: Sequence[Config] = ()
+                          ) -> list[tuple[int, Config, float]]:
+    """Measure `k` configs in `batches` batches, updating `cm` after each.
+
+    Each batch is the first configs of `propose()` (best predicted first, proposed anew
+    with the model as updated so far) not measured yet; `measured` are configs already
+    measured and given to `cm` (the default). Returns (batch, config, runtime_ns) in the
+    order measured.
+    """
+    key = cm.tunable.configs.key
+    seen = {key(c) for c in measured}
+    out: list[tuple[int, Config, float]] = []
+    for batch, size in enumerate(batch_sizes(k, batches)):
+        picks: list[Config] = []
+        for c in propose():
+            if key(c) not in seen:
+                seen.add(key(c))
+                picks.append(c)
+                if len(picks) == size:
+                    break
+        if not picks:
+            break
+        runtime = np.asarray(measure(picks), dtype=np.float64)
+        out += [(batch, c, float(r)) for c, r in zip(picks, runtime, strict=True)]
+        if batch < batches - 1:
+            cm.update(picks, runtime)
+    return out

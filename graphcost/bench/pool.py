@@ -1,0 +1,215 @@
+"""`graphcost bench pool`: autotuning strategies against exhaustive measurement of a pool.
+
+Per program, a pool of configs is sampled (the default first) and every one is measured
+(DESIGN §7 protocol, pinned). The pool's measured runtimes are then the ground truth
+each strategy is judged on, all with the same measurement budget K (the default is
+measured by every strategy, as the reference every speed-up is against):
+- `model`: the model's K best-scored pool configs, measured at once;
+- `learn`: K measured in batches, the model fine-tuned on each batch's runtimes (and the
+  default's) before it picks the next (`costmodel.learn_while_measuring`);
+- `random`: K pool configs drawn at random: the expectation over every draw, exactly
+  (`expected_best_of_random`), and one seeded draw for the confirmation round;
+- `pool`: the best of the whole pool, what exhaustive measurement finds.
+Each strategy keeps the fastest config it measured or the default, whichever is faster
+(`alone` figures drop the default: how good the measured picks themselves are).
+
+Picking the fastest of many measured configs flatters it (its luck in that round), so
+the pool's best, the model's, the learner's and the random draw's choices are then timed
+again together with the default in fresh rounds (`confirm_rounds`), and the headline
+figures come from those rounds alone: each choice's speed as a share of the pool best's.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+from collections.abc import Callable, Sequence
+from typing import Any
+
+import numpy as np
+
+from graphcost.autotune.costmodel import CostModel, learn_while_measuring
+from graphcost.autotune.program import Tunable, measure, prepare
+from graphcost.autotune.tune import ratio_interval
+from graphcost.bench.autotune import geomean_ci
+from graphcost.eval.metrics import kendall_tau
+from graphcost.xla.measure import Protocol
+from graphcost.xla.programs import make_program
+
+STRATEGIES = ("model", "learn", "random")
+
+
+def expected_best_of_random(runtime: Sequence[float], k: int,
+                            default: float = math.inf) -> float:
+    """E[min(default, the fastest of k configs drawn without replacement from `runtime`)],
+    over every draw: the j-th fastest is the draw's best with probability
+    C(n-1-j, k-1) / C(n, k)."""
+    rt = np.sort(np.asarray(runtime, dtype=np.float64))
+    n, k = len(rt), min(k, len(rt))
+    if k < 1:
+        return default
+    p = np.array([math.comb(n - 1 - j, k - 1) for j in range(n)], dtype=np.float64)
+    return float((p / math.comb(n, k) * np.minimum(rt, default)).sum())
+
+
+def pool_picks(cm: CostModel, pool: Sequence[Any], runtime: np.ndarray, k: int, batches: int,
+               rng: np.random.Generator) -> dict[str, list[int]]:
+    """Pool indices (0 = the default, never picked) each strategy measures, in order."""
+    key = cm.tunable.configs.key
+    index = {key(c): i for i, c in enumerate(pool)}
+    others = list(range(1, len(pool)))
+    scores = cm.predict(pool)
+    model = [i for i in np.argsort(scores, kind="stable") if i != 0][:k]
+    cm.update([pool[0]], runtime[[0]])  # the default: measured by every strategy
+
+    def propose() -> list[Any]:
+        return [pool[i] for i in np.argsort(cm.predict(pool), kind="stable")]
+
+    learned = learn_while_measuring(cm, propose, lambda cs: runtime[[index[key(c)] for c in cs]],
+                                    k, batches, measured=[pool[0]])
+    return {"model": [int(i) for i in model],
+            "learn": [index[key(c)] for _, c, _ in learned],
+            "random": [int(i) for i in rng.choice(others, min(k, len(others)),
+                                                  replace=False)]}
+
+
+def best_of(picks: Sequence[int], runtime: np.ndarray, with_default: bool = True) -> int:
+    """The fastest measured pick (failed ones are NaN), or the default when faster."""
+    ids = ([0] if with_default else []) + [i for i in picks if np.isfinite(runtime[i])]
+    return min(ids, key=lambda i: (runtime[i], i)) if ids else 0
+
+
+def pool_program(t: Tunable, model: Any, pool_size: int, k: int, batches: int,
+                 protocol: Protocol, confirm_rounds: int, seed: int,
+                 core: int | None) -> dict[str, Any]:
+    """One program: measure its pool, run every strategy on it, confirm the choices."""
+    rng = np.random.default_rng(seed)
+    pool = t.configs.sample(pool_size, rng)
+    results = measure(t, pool, protocol, core)
+    runtime = np.array([r.runtime_ns if r.ok else np.nan for r in results])
+    if not np.isfinite(runtime[0]):
+        raise RuntimeError(f"{t.name}: the default config failed ({results[0].status})")
+    cm = CostModel(model, t, pool)
+    before = cm.predict(pool)
+    picks = pool_picks(cm, pool, runtime, k, batches, rng)
+    chosen = {s: best_of(p, runtime) for s, p in picks.items()}
+    chosen["pool"] = best_of(range(1, len(pool)), runtime)
+    ok = np.isfinite(runtime)
+    others = runtime[1:][ok[1:]]
+    default = runtime[0]
+    speed = {s: default / runtime[i] for s, i in chosen.items()}
+    speed["random_expected"] = default / expected_best_of_random(others, k, default)
+    alone = {s: default / np.nanmin(runtime[p]) if np.isfinite(runtime[p]).any() else math.nan
+             for s, p in picks.items() if s != "random"}
+    alone["random_expected"] = default / expected_best_of_random(others, k)
+
+    contenders = {"default": 0, **chosen}
+    distinct = list(dict.fromkeys(contenders.values()))
+    again = measure(t, [pool[i] for i in distinct],
+                    dataclasses.replace(protocol, rounds=confirm_rounds), core)
+    rounds = {i: r.rounds_ns if r.ok else None for i, r in zip(distinct, again, strict=True)}
+    if any(v is None for v in rounds.values()):
+        raise RuntimeError(f"{t.name}: a config measured ok in the pool failed when confirmed")
+    confirmed = {}  # each choice's speed as a share of the pool best's, per round
+    for s in (*STRATEGIES, "default"):
+        confirmed[s] = ratio_interval(rounds[chosen["pool"]], rounds[contenders[s]])
+    confirmed["learn_vs_random"] = ratio_interval(rounds[chosen["random"]],
+                                                  rounds[chosen["learn"]])
+    confirmed["model_vs_random"] = ratio_interval(rounds[chosen["random"]],
+                                                  rounds[chosen["model"]])
+    unseen = ok.copy()  # τ after learning: on configs it did not learn from
+    unseen[[0, *picks["learn"]]] = False
+    return {"program": t.name, "kind": t.configs.kind, "pool": len(pool),
+            "failed": int((~ok).sum()), "default_us": default / 1e3,
+            "picks": picks, "chosen": chosen, "speed_vs_default": speed,
+            "alone_vs_default": alone,
+            "tau": kendall_tau(before[ok], runtime[ok]),
+            "tau_unseen_before": kendall_tau(before[unseen], runtime[unseen]),
+            "tau_unseen_after": kendall_tau(cm.predict(pool)[unseen], runtime[unseen]),
+            "confirmed_share_of_best": {s: list(v) for s, v in confirmed.items()},
+            "confirm_rounds": confirm_rounds}
+
+
+def bench_pool(programs: Sequence[str], model: Any, model_info: dict[str, Any],
+               pool_size: int = 48, k: int = 5, batches: int = 2,
+               protocol: Protocol | None = None, confirm_rounds: int = 5, seed: int = 0,
+               core: int | None = None, log: Callable[[str], Any] | None = None) -> dict[str, Any]:
+    """Every program's pool figures and their geometric means over programs (95% t
+    intervals over programs, on the log scale)."""
+    from graphcost.models.model import as_model
+
+    say = log or (lambda _msg: None)
+    m = as_model(model)
+    kind = "layout" if m.kind == "layout" else "options"
+    protocol = protocol or Protocol()
+    rows = []
+    for spec in programs:
+        family, _, index = spec.rpartition(".")
+        name, fn, args = make_program(family, int(index))
+        try:
+            t = prepare(name, fn, args, kind)
+            row = pool_program(t, m, pool_size, k, batches, protocol, confirm_rounds, seed, core)
+        except (ValueError, RuntimeError) as e:
+            say(f"{name}: skipped ({e})")
+            rows.append({"program": name, "skipped": str(e)})
+            continue
+        rows.append(row)
+        say(format_row(row))
+    done = [r for r in rows if "skipped" not in r]
+    summary: dict[str, Any] = {"programs": len(done), "k": k, "batches": batches}
+    for s in ("pool", *STRATEGIES, "random_expected"):
+        summary[f"{s}_vs_default"] = geomean_ci([r["speed_vs_default"][s] for r in done])
+    for s in ("model", "learn", "random_expected"):
+        summary[f"{s}_alone_vs_default"] = geomean_ci([r["alone_vs_default"][s] for r in done])
+    for s in (*STRATEGIES, "default", "learn_vs_random", "model_vs_random"):
+        summary[f"confirmed_{s}"] = geomean_ci([r["confirmed_share_of_best"][s][0]
+                                                for r in done])
+    for s in ("model", "learn"):
+        summary[f"{s}_vs_random_expected"] = geomean_ci(
+            [r["speed_vs_default"][s] / r["speed_vs_default"]["random_expected"] for r in done])
+    summary["learn_vs_model"] = geomean_ci([r["speed_vs_default"]["learn"]
+                                            / r["speed_vs_default"]["model"] for r in done])
+    return {"model": model_info, "rows": rows, "summary": summary, "pool": pool_size,
+            "protocol": dataclasses.asdict(protocol), "seed": seed, "core": core}
+
+
+def format_row(r: dict[str, Any]) -> str:
+    """One program: pool-round speed-ups over the default and the confirmed shares."""
+    s, c = r["speed_vs_default"], r["confirmed_share_of_best"]
+    return (f"{r['program']:20} pool best {s['pool']:.3f}x | model {s['model']:.3f}x "
+            f"learn {s['learn']:.3f}x random-K {s['random_expected']:.3f}x (expected) | "
+            f"confirmed share of best: model {c['model'][0]:.3f} learn {c['learn'][0]:.3f} "
+            f"random {c['random'][0]:.3f} default {c['default'][0]:.3f} | tau "
+            f"{r['tau']:.3f}; unseen {r['tau_unseen_before']:.3f} -> {r['tau_unseen_after']:.3f}")
+
+
+def format_pool(result: dict[str, Any]) -> str:
+    """The per-program lines and the geometric means with their intervals."""
+    s = result["summary"]
+
+    def ci(name: str) -> str:
+        v = s[name]
+        return f"{v[0]:.3f} [{v[1]:.3f}, {v[2]:.3f}]"
+
+    lines = [f"model: {result['model']['source']}"]
+    lines += [format_row(r) if "skipped" not in r else f"{r['program']:20} skipped: "
+              f"{r['skipped'][:70]}" for r in result["rows"]]
+    if not s["programs"]:
+        return "\n".join(lines + ["no program could be tuned"])
+    lines += [
+        f"{s['programs']} programs, pool of {result['pool']}, K = {s['k']}, learn in "
+        f"{s['batches']} batches; geometric means, 95% intervals over programs",
+        f"pool round, speed-up vs default: pool best {ci('pool_vs_default')}, model "
+        f"{ci('model_vs_default')}, learn {ci('learn_vs_default')}, random-K expected "
+        f"{ci('random_expected_vs_default')}",
+        f"pool round, picks alone (no default): model {ci('model_alone_vs_default')}, learn "
+        f"{ci('learn_alone_vs_default')}, random-K expected "
+        f"{ci('random_expected_alone_vs_default')}",
+        f"pool round vs random-K expected: model {ci('model_vs_random_expected')}, learn "
+        f"{ci('learn_vs_random_expected')}; learn vs model {ci('learn_vs_model')}",
+        f"confirmed, speed as a share of the pool best's: model {ci('confirmed_model')}, "
+        f"learn {ci('confirmed_learn')}, random draw {ci('confirmed_random')}, default "
+        f"{ci('confirmed_default')}",
+        f"confirmed vs the random draw's choice: model {ci('confirmed_model_vs_random')}, "
+        f"learn {ci('confirmed_learn_vs_random')}"]
+    return "\n".join(lines)
