@@ -51,3 +51,26 @@ def raw_arrays(graph) -> dict:
     """The arrays of a graph as a plain dict, to be broken and saved with np.savez."""
     keys = TILE_KEYS if graph.kind == "tile" else LAYOUT_KEYS
     return {k: np.array(getattr(graph, k)) for k in keys}
+
+
+@pytest.fixture(scope="session")
+def tiny_model():
+    """A tiny layout ranker trained on two MLPs measured now (few configs and runs)."""
+    pytest.importorskip("jax", reason="measuring needs JAX, the extra graphcost[xla]")
+    import torch
+
+    from graphcost.models import Model
+    from graphcost.train import TrainSettings, fit
+    from graphcost.xla.measure import Protocol
+    from graphcost.xla.prepare import measure_layout
+    from graphcost.xla.programs import make_program
+
+    graphs = []
+    for i in range(2):
+        name, fn, args = make_program("mlp", i)
+        g, _ = measure_layout(name, fn, args, "random", 6, 0, Protocol(warmup=1, runs=3))
+        graphs.append(g)
+    torch.manual_seed(0)
+    m = Model("ranker", "layout", hidden=16, opcode_dim=8, layers=1, ref_configs=8)
+    fit(m, graphs, settings=TrainSettings(epochs=2, configs_per_graph=6, progress=False))
+    return m

@@ -93,26 +93,6 @@ def test_search_small_space_is_exhaustive():
 # ------------------------------------------------------------------ end to end
 
 
-@pytest.fixture(scope="module")
-def tiny_model():
-    """A tiny layout ranker trained on two MLPs measured now (few configs and runs)."""
-    pytest.importorskip("jax", reason="measuring needs JAX, the extra graphcost[xla]")
-    from graphcost.train import TrainSettings, fit
-    from graphcost.xla.measure import Protocol
-    from graphcost.xla.prepare import measure_layout
-    from graphcost.xla.programs import make_program
-
-    graphs = []
-    for i in range(2):
-        name, fn, args = make_program("mlp", i)
-        g, _ = measure_layout(name, fn, args, "random", 6, 0, Protocol(warmup=1, runs=3))
-        graphs.append(g)
-    torch.manual_seed(0)
-    m = Model("ranker", "layout", hidden=16, opcode_dim=8, layers=1, ref_configs=8)
-    fit(m, graphs, settings=TrainSettings(epochs=2, configs_per_graph=6, progress=False))
-    return m
-
-
 def test_autotune_end_to_end_report_is_consistent(tiny_model, tmp_path):
     import jax
 
@@ -154,7 +134,9 @@ def test_autotune_end_to_end_report_is_consistent(tiny_model, tmp_path):
     assert "model" in top1.arms
     assert math.isnan(r.selection["top1_speedup"]) or r.selection["top1_speedup"] == \
         pytest.approx(m[0].runtime_ns / top1.runtime_ns)
-    assert sorted(x.model_rank for x in r.arm("model")) == list(range(k))
+    # the model arm: the K best-scored configs other than the default
+    best = [i for i in range(k + 1) if i != m[0].model_rank][:k]
+    assert sorted(x.model_rank for x in r.arm("model")) == best
     # τ recomputes from the measured list
     tau = kendall_tau(np.array([x.score for x in ok]), np.array([x.runtime_ns for x in ok]))
     assert (math.isnan(tau) and math.isnan(r.tau)) or r.tau == pytest.approx(tau)
@@ -171,6 +153,26 @@ def test_autotune_end_to_end_report_is_consistent(tiny_model, tmp_path):
         run = apply(fn, args, config)
         assert outputs_agree(jax.tree.leaves(run(*args)), want)
     assert top1.config["layouts"], "the model's first pick sets some layout"
+
+
+def test_autotune_learning_while_measuring_spends_k_in_batches(tiny_model):
+    import graphcost
+    from graphcost.autotune.costmodel import batch_sizes
+    from graphcost.xla.measure import Protocol
+    from graphcost.xla.programs import make_program
+
+    name, fn, args = make_program("mlp", 5)
+    k = 4
+    r = graphcost.autotune(fn, args, model=tiny_model, name=name, k=k, samples=64,
+                           evaluations=256, round_size=64, protocol=Protocol(warmup=1, runs=3),
+                           seed=0, batches=2, compare_cache=False)
+    m = r.measured
+    model = r.arm("model")
+    assert len(model) == k and len({json.dumps(x.config, sort_keys=True) for x in m}) == len(m)
+    assert [sum(x.batch == b for x in model) for b in (0, 1)] == batch_sizes(k, 2)
+    assert all(x.batch == 0 for x in r.arm("random")) and m[0].arms[0] == "default"
+    assert m[r.chosen].runtime_ns == min(x.runtime_ns for x in m
+                                         if x.ok and {"model", "default"} & set(x.arms))
 
 
 def test_cli_autotune_apply_and_bench(tiny_model, tmp_path):

@@ -11,19 +11,24 @@ taken to be trained on an `options:cpu` collection: both are 24 graph-level floa
 What is measured and reported (DESIGN §7 protocol: compile every config first, then
 time in rounds of fresh random order, each config's runtime the protocol's statistic,
 the minimum by default; pinned to `core` when given):
-- selection round: the default, the K best configs by model score (the *model arm*) and
-  K configs drawn at random from the sampled pool, the default excluded (the *random
-  arm*: random search with the same measurement budget). A config in both arms is timed
-  once. chosen = the fastest of the model arm and the default, so autotuning never picks
-  a config measured slower than the default; the random arm gets the same fallback:
-  its best = the fastest of the random arm and the default.
+- selection round: the default, the K best configs by model score, the default excluded
+  (the *model arm*) and K configs drawn at random from the sampled pool, the default
+  excluded (the *random arm*: random search with the same measurement budget). A config
+  in both arms is timed once. Learning while measuring (`batches` > 1, `costmodel`):
+  the model arm is measured in batches, the first with the default and the random arm;
+  before each later batch the cost model is fine-tuned on the model arm's runtimes and
+  the default's (never the random arm's) and the search runs again.
+  chosen = the fastest of the model arm and the default, so autotuning never picks a
+  config measured slower than the default; the random arm gets the same fallback: its
+  best = the fastest of the random arm and the default.
 - confirmation round: the default, the chosen config and the random arm's best are
   compiled and timed again, together, in `confirm_rounds` fresh rounds. The reported
   speed-ups come from it alone, with 95% intervals over its rounds: the selection round
   picked the winner partly by its luck in that round, so its figures flatter the winner
   (selection figures stay in `selection`, labelled as such).
-- `selection["top1_speedup"]` = default / the model's first pick, in the selection
-  round: the model alone, no choice among measured configs.
+- `selection["top1_speedup"]` = default / the model's first pick (the first batch's
+  best scored, the default included), in the selection round: the model alone, no
+  choice among measured configs.
 - Kendall τ between model scores and runtimes over every config measured ok.
 Configs that fail to compile or run, or whose outputs differ from the default's, are
 reported and left out of every minimum.
@@ -61,6 +66,7 @@ class Measured:
     median_ns: float = float("nan")
     min_ns: float = float("nan")
     spread: float = float("nan")
+    batch: int = 0  # the measurement batch that timed it (learning while measuring)
 
     @property
     def ok(self) -> bool:
@@ -143,23 +149,25 @@ def autotune(fn: Callable, args: Sequence[Any], model: Any, *, name: str | None 
              k: int = 5, samples: int = 1024, evaluations: int = 4096, population: int = 16,
              round_size: int = 256, protocol: Protocol | None = None, seed: int = 0,
              core: int | None = None, compare_cache: bool = True, confirm_rounds: int = 5,
-             log: Callable[[str], Any] | None = None) -> AutotuneResult:
+             batches: int = 1, log: Callable[[str], Any] | None = None) -> AutotuneResult:
     """Autotune `fn(*args)` with `model` (a `Model` or a saved model's path).
 
     Searches with `evaluations` model scores (starting from `samples` sampled configs),
     then measures the model's top `k`, `k` random configs and the default (pinned to
-    `core` if given; the protocol wants a pinned core). See the module docstring for
-    exactly what the figures mean.
+    `core` if given; the protocol wants a pinned core). With `batches` > 1 the model's
+    `k` are measured in that many batches, the cost model fine-tuned on what was measured
+    before each later batch searches again. See the module docstring for exactly what
+    the figures mean.
     """
-    if k < 1:
-        raise UserError(f"k must be at least 1, got {k}")
+    if k < 1 or batches < 1:
+        raise UserError(f"k and batches must be at least 1, got k={k}, batches={batches}")
     if confirm_rounds < 2:
         raise UserError(f"confirm_rounds must be at least 2 (an interval needs two rounds), "
                         f"got {confirm_rounds}")
     say = log or (lambda _msg: None)
     protocol = protocol or Protocol()
-    from graphcost.models.model import as_model  # torch only once this runs
-    from graphcost.models.scorer import ConfigScorer
+    from graphcost.autotune.costmodel import CostModel, learn_while_measuring  # torch
+    from graphcost.models.model import as_model
 
     m = as_model(model)
     kind = "layout" if m.kind == "layout" else "options"
@@ -171,35 +179,35 @@ def autotune(fn: Callable, args: Sequence[Any], model: Any, *, name: str | None 
     secs["prepare_s"] = time.perf_counter() - t0
     rng = np.random.default_rng(seed)
     initial = t.configs.sample(samples, rng)
-    base = t.graph(initial)  # its configs fix the model's reference set
+    cm = CostModel(m, t, initial)  # the initial sample fixes the model's reference set
     t0 = time.perf_counter()
-    score_fn = ConfigScorer(m, base).candidates()
+    score_fn = cm.scorer()
     secs["scorer_s"] = time.perf_counter() - t0
     say(f"{name}: {kind} space of {t.configs.size():.3g} configs over "
         f"{len(t.configs.units)} units; searching with {evaluations} model scores")
-    res = search(t.configs, score_fn, initial, rng, evaluations, population, round_size)
+    search_kw = {"evaluations": evaluations, "population": population,
+                 "round_size": round_size}
+    res = search(t.configs, score_fn, initial, rng, **search_kw)
     secs["search_s"] = res.total_s
     scoring = {"search_candidates_per_s": res.summary()["candidates_per_s"]}
     if compare_cache:
         probe = t.configs.encode(res.configs[:min(len(res.configs), 4 * round_size)])
-        scoring.update(scoring_rates(m, base, probe, round_size))
+        scoring.update(scoring_rates(m, t.graph(initial), probe, round_size))
 
-    chosen_ids, arms = _measurement_plan(t, res, initial, k, rng)
-    say(f"measuring {len(chosen_ids)} configs ({k} model, {k} random, default)")
+    say(f"measuring the default, {k} random configs and the model's best {k}"
+        + (f" in {batches} batches, learning from each" if batches > 1 else ""))
     t0 = time.perf_counter()
-    results = measure(t, [res.configs[i] for i in chosen_ids], protocol, core)
+    arms = Arms(t, cm, res, initial, _random_arm(t, res, initial, k, rng), protocol, core,
+                lambda known: search(t.configs, cm.scorer(), known, rng, **search_kw))
+    learn_while_measuring(cm, arms.propose, arms.measure, k, batches,
+                          measured=[t.configs.default()])
+    measured, configs = arms.measured(), arms.configs()
     secs["measure_s"] = time.perf_counter() - t0
-    rank = np.empty(len(res.scores), dtype=np.int64)
-    rank[res.order()] = np.arange(len(res.scores))
-    measured = [Measured(arms[j], int(rank[i]), float(res.scores[i]),
-                         t.config_json(res.configs[i]), r.status, r.error, r.runtime_ns,
-                         r.median_ns, r.min_ns, r.spread)
-                for j, (i, r) in enumerate(zip(chosen_ids, results, strict=True))]
     picks = choose(t, measured)
     say(f"confirming: default, chosen #{picks['chosen']} and the random arm's best "
         f"#{picks['random_best']} timed again in {confirm_rounds} fresh rounds")
     t0 = time.perf_counter()
-    confirmed = confirm(t, {arm: res.configs[chosen_ids[i]] for arm, i in picks.items()},
+    confirmed = confirm(t, {arm: configs[i] for arm, i in picks.items()},
                         dataclasses.replace(protocol, rounds=confirm_rounds), core)
     secs["confirm_s"] = time.perf_counter() - t0
     return summarize(t, measured, k, res, scoring, protocol, secs, picks, confirmed)
@@ -252,24 +260,82 @@ def ratio_interval(slow: Sequence[float], fast: Sequence[float],
     return float(np.exp(mean)), float(np.exp(mean - half)), float(np.exp(mean + half))
 
 
-def _measurement_plan(t: Tunable, res: SearchResult, initial: Sequence[Config], k: int,
-                      rng: np.random.Generator) -> tuple[list[int], list[list[str]]]:
-    """Indices (into res.configs) to measure, the default first, and each one's arms."""
+def _random_arm(t: Tunable, res: SearchResult, initial: Sequence[Config], k: int,
+                rng: np.random.Generator) -> list[Config]:
+    """K configs drawn at random from the scored initial sample, the default excluded."""
     index = {t.configs.key(c): i for i, c in enumerate(res.configs)}
     default = index[t.configs.key(t.configs.default())]
     pool = [index[t.configs.key(c)] for c in initial if t.configs.key(c) in index]
     pool = [i for i in pool if i != default]
-    random_ids = [pool[j] for j in rng.choice(len(pool), min(k, len(pool)), replace=False)]
-    ids: list[int] = [default]
-    arms: list[list[str]] = [["default"]]
-    for arm, picks in (("model", res.top(k)), ("random", random_ids)):
-        for i in picks:
-            if i in ids:
-                arms[ids.index(i)].append(arm)
-            else:
-                ids.append(i)
-                arms.append([arm])
-    return ids, arms
+    return [res.configs[pool[j]] for j in rng.choice(len(pool), min(k, len(pool)),
+                                                     replace=False)]
+
+
+class Arms:
+    """What autotuning measures, batch by batch, for `learn_while_measuring`.
+
+    The first batch times the default, the random arm and the model's first picks in one
+    session (with one batch: everything, as a single selection round); each later batch
+    searches again with the updated cost model and times its picks with the default (the
+    outputs' reference; its first runtime is the one kept). A config in two arms is
+    timed once; the model never learns from the random arm's runtimes.
+    """
+
+    def __init__(self, t: Tunable, cm: Any, first: SearchResult, initial: Sequence[Config],
+                 random_arm: list[Config], protocol: Protocol, core: int | None,
+                 research: Callable[[list[Config]], SearchResult]):
+        self.t, self.cm, self.res, self.initial = t, cm, first, list(initial)
+        self.random_arm, self.protocol, self.core = random_arm, protocol, core
+        self.research, self.batch = research, 0
+        self._measured: dict[Any, Measured] = {}
+        self._configs: dict[Any, Config] = {}
+
+    def measured(self) -> list[Measured]:
+        return list(self._measured.values())
+
+    def configs(self) -> list[Config]:
+        return list(self._configs.values())
+
+    def propose(self) -> list[Config]:
+        """Every config the latest search scored, best first (a fresh search after the
+        first batch, from the initial sample and everything measured)."""
+        if self.batch:
+            self.res = self.research(self.initial + self.configs())
+        return [self.res.configs[i] for i in self.res.order()]
+
+    def measure(self, picks: list[Config]) -> np.ndarray:
+        key, default = self.t.configs.key, self.t.configs.default()
+        arms: dict[Any, list[str]] = {key(default): ["default"]}
+        for c in picks:
+            arms.setdefault(key(c), []).append("model")
+        for c in self.random_arm if self.batch == 0 else []:
+            arms.setdefault(key(c), []).append("random")
+        todo = {key(c): c for c in [default, *picks, *self.random_arm] if key(c) in arms}
+        fresh = [k_ for k_ in todo if k_ not in self._measured]
+        if fresh:
+            keys = [key(default), *[k_ for k_ in fresh if k_ != key(default)]]
+            rank = np.empty(len(self.res.scores), dtype=np.int64)
+            rank[self.res.order()] = np.arange(len(self.res.scores))
+            index = {key(c): i for i, c in enumerate(self.res.configs)}
+            results = measure(self.t, [todo[k_] for k_ in keys], self.protocol, self.core)
+            for k_, r in zip(keys, results, strict=True):
+                if k_ in self._measured:
+                    continue  # the default again: the outputs' reference only
+                i = index[k_]
+                self._measured[k_] = Measured(arms[k_], int(rank[i]), float(self.res.scores[i]),
+                                              self.t.config_json(todo[k_]), r.status, r.error,
+                                              r.runtime_ns, r.median_ns, r.min_ns, r.spread,
+                                              batch=self.batch)
+                self._configs[k_] = todo[k_]
+        for c in picks:  # a pick the random arm measured already
+            if "model" not in self._measured[key(c)].arms:
+                self._measured[key(c)].arms.append("model")
+        if self.batch == 0:
+            d = self._measured[key(default)]
+            self.cm.update([default], [d.runtime_ns if d.ok else np.nan])
+        self.batch += 1
+        return np.array([m.runtime_ns if m.ok else np.nan
+                         for m in (self._measured[key(c)] for c in picks)])
 
 
 def summarize(t: Tunable, measured: list[Measured], k: int, res: SearchResult,
@@ -277,7 +343,7 @@ def summarize(t: Tunable, measured: list[Measured], k: int, res: SearchResult,
               picks: dict[str, int], confirmed: dict[str, list[float]]) -> AutotuneResult:
     """The figures, computed from `measured` and the confirmation rounds alone (so they
     can be checked against them)."""
-    top1 = next(m for m in measured if m.model_rank == 0)  # the model's first pick
+    top1 = next(m for m in measured if m.model_rank == 0 and m.batch == 0)  # first pick
     ok = [m for m in measured if m.ok]
     ns = {arm: float(np.exp(np.mean(np.log(v)))) for arm, v in confirmed.items()}
     vs_default = ratio_interval(confirmed["default"], confirmed["chosen"])

@@ -141,7 +141,7 @@ def geomean(x: Sequence[float]) -> float:
 def bench_autotune(programs: Sequence[str], model: Any, model_info: dict[str, Any], k: int = 5,
                    samples: int = 1024, evaluations: int = 4096,
                    protocol: Protocol | None = None, seed: int = 0, core: int | None = None,
-                   confirm_rounds: int = 5,
+                   confirm_rounds: int = 5, batches: int = 1,
                    log: Callable[[str], Any] | None = None) -> dict[str, Any]:
     """Autotune each program; per-program figures (from each program's confirmation
     round) and their geometric means with 95% intervals over programs."""
@@ -153,7 +153,7 @@ def bench_autotune(programs: Sequence[str], model: Any, model_info: dict[str, An
         try:
             r = autotune(fn, args, model, name=name, k=k, samples=samples,
                          evaluations=evaluations, protocol=protocol, seed=seed, core=core,
-                         confirm_rounds=confirm_rounds)
+                         confirm_rounds=confirm_rounds, batches=batches)
         except (ValueError, RuntimeError) as e:  # no configurable point; default failed
             say(f"{name}: skipped ({e})")
             rows.append({"program": name, "skipped": str(e)})
@@ -188,7 +188,7 @@ def bench_autotune(programs: Sequence[str], model: Any, model_info: dict[str, An
         "cached_per_s": float(np.mean([r["cached_per_s"] for r in done])) if done else None,
         "uncached_per_s": float(np.mean([r["uncached_per_s"] for r in done])) if done else None,
     }
-    return {"model": model_info, "rows": rows, "summary": summary,
+    return {"model": model_info, "rows": rows, "summary": summary, "batches": batches,
             "protocol": vars(protocol or Protocol()), "samples": samples,
             "evaluations": evaluations, "core": core}
 

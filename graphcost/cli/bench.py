@@ -114,7 +114,7 @@ def bench_autotune_cmd(model_path: str | None, data: str | None, kind: str, trai
                        families: str | None, programs: str | None, per_family: int,
                        epochs: int, json_path: str | None, k: int, samples: int,
                        evaluations: int, runs: int, warmup: int, core: int | None,
-                       no_pin: bool, seed: int, confirm_rounds: int) -> None:
+                       no_pin: bool, seed: int, confirm_rounds: int, batches: int) -> None:
     """Measured speed-ups over default and random-K on held-out programs, and candidates/s."""
     core = pin(core, no_pin)
     from graphcost.bench.autotune import (
@@ -129,7 +129,7 @@ def bench_autotune_cmd(model_path: str | None, data: str | None, kind: str, trai
                                log=click.echo)
     names = programs_to_tune(info, per_family, comma_list(families), comma_list(programs))
     result = bench_autotune(names, model, info, k, samples, evaluations, Protocol(warmup, runs),
-                            seed, None, confirm_rounds, log=click.echo)
+                            seed, None, confirm_rounds, batches, log=click.echo)
     result["core"] = core  # pinned above, for the whole process
     click.echo(format_bench(result))
     if json_path:

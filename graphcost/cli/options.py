@@ -56,4 +56,7 @@ def autotune_options(f: Callable) -> Callable:
     f = click.option("--confirm-rounds", default=5, show_default=True,
                      help="Fresh rounds re-timing the default, the chosen and the best "
                           "random config: the reported speed-ups and intervals.")(f)
+    f = click.option("--batches", default=1, show_default=True,
+                     help="Measure the model's K in this many batches, fine-tuning the model "
+                          "on each batch's runtimes before searching for the next.")(f)
     return f
