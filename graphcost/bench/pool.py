@@ -155,22 +155,41 @@ def bench_pool(programs: Sequence[str], model: Any, model_info: dict[str, Any],
             continue
         rows.append(row)
         say(format_row(row))
+    summary = pool_summary(rows, k, batches)
+    return {"model": model_info, "rows": rows, "summary": summary, "pool": pool_size,
+            "protocol": dataclasses.asdict(protocol), "seed": seed, "core": core}
+
+
+def pool_summary(rows: list[dict[str, Any]], k: int, batches: int) -> dict[str, Any]:
+    """Geometric means over the programs tuned, with 95% t intervals (log scale); the
+    learner's τ on the configs it did not learn from, before and after, paired."""
+    from scipy import stats
+
     done = [r for r in rows if "skipped" not in r]
     summary: dict[str, Any] = {"programs": len(done), "k": k, "batches": batches}
     for s in ("pool", *STRATEGIES, "random_expected"):
         summary[f"{s}_vs_default"] = geomean_ci([r["speed_vs_default"][s] for r in done])
     for s in ("model", "learn", "random_expected"):
         summary[f"{s}_alone_vs_default"] = geomean_ci([r["alone_vs_default"][s] for r in done])
-    for s in (*STRATEGIES, "default", "learn_vs_random", "model_vs_random"):
-        summary[f"confirmed_{s}"] = geomean_ci([r["confirmed_share_of_best"][s][0]
-                                                for r in done])
     for s in ("model", "learn"):
         summary[f"{s}_vs_random_expected"] = geomean_ci(
             [r["speed_vs_default"][s] / r["speed_vs_default"]["random_expected"] for r in done])
+        summary[f"{s}_alone_vs_random_alone"] = geomean_ci(
+            [r["alone_vs_default"][s] / r["alone_vs_default"]["random_expected"] for r in done])
     summary["learn_vs_model"] = geomean_ci([r["speed_vs_default"]["learn"]
                                             / r["speed_vs_default"]["model"] for r in done])
-    return {"model": model_info, "rows": rows, "summary": summary, "pool": pool_size,
-            "protocol": dataclasses.asdict(protocol), "seed": seed, "core": core}
+    for s in (*STRATEGIES, "default", "learn_vs_random", "model_vs_random"):
+        summary[f"confirmed_{s}"] = geomean_ci([r["confirmed_share_of_best"][s][0]
+                                                for r in done])
+    before = np.array([r["tau_unseen_before"] for r in done], dtype=np.float64)
+    after = np.array([r["tau_unseen_after"] for r in done], dtype=np.float64)
+    d = (after - before)[np.isfinite(after - before)]
+    half = (float(stats.t.ppf(0.975, d.size - 1) * d.std(ddof=1) / np.sqrt(d.size))
+            if d.size > 1 else float("nan"))
+    summary["tau_unseen"] = [float(np.nanmean(before)), float(np.nanmean(after))]
+    summary["tau_unseen_gain"] = ([float(d.mean()), float(d.mean()) - half,
+                                   float(d.mean()) + half] if d.size else [float("nan")] * 3)
+    return summary
 
 
 def format_row(r: dict[str, Any]) -> str:
@@ -206,7 +225,11 @@ def format_pool(result: dict[str, Any]) -> str:
         f"{ci('learn_alone_vs_default')}, random-K expected "
         f"{ci('random_expected_alone_vs_default')}",
         f"pool round vs random-K expected: model {ci('model_vs_random_expected')}, learn "
-        f"{ci('learn_vs_random_expected')}; learn vs model {ci('learn_vs_model')}",
+        f"{ci('learn_vs_random_expected')}; learn vs model {ci('learn_vs_model')}; picks "
+        f"alone vs random picks alone: model {ci('model_alone_vs_random_alone')}, learn "
+        f"{ci('learn_alone_vs_random_alone')}",
+        f"learning: tau on the configs it did not measure {s['tau_unseen'][0]:.3f} -> "
+        f"{s['tau_unseen'][1]:.3f}, paired {ci('tau_unseen_gain')}",
         f"confirmed, speed as a share of the pool best's: model {ci('confirmed_model')}, "
         f"learn {ci('confirmed_learn')}, random draw {ci('confirmed_random')}, default "
         f"{ci('confirmed_default')}",

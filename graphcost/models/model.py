@@ -86,6 +86,7 @@ MODEL_RULES: dict[str, fields.Rule] = {
     "attn_layers": fields.NON_NEGATIVE, "heads": fields.AT_LEAST_1,
     "ref_configs": fields.AT_LEAST_1, "segment_size": fields.NON_NEGATIVE,
     "segment_halo": fields.AT_LEAST_MINUS_1, "join": fields.one_of("early", "late"),
+    "tile_join": fields.one_of("early", "late"),
     "backbone": fields.one_of("sage", "resgcn"), "mlp_layers": fields.AT_LEAST_1,
     "num_ops": fields.AT_LEAST_1, "keep_nodes": fields.NON_NEGATIVE,
     "l2": fields.NON_NEGATIVE, "config_scale": fields.POSITIVE,

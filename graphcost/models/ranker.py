@@ -11,7 +11,8 @@ Pipeline for a layout graph (the tile variant differs only where noted):
    the log-size of the tensor dimension each entry names (`layout_features`): what
    a layout does physically is put a dimension of some size minor-most.
    Tile: configs are graph-level, so the graph is encoded once (N, d) and the config
-   joins after pooling, MLP([pool ‖ MLP(cfg)]).
+   joins after pooling, MLP([pool ‖ MLP(cfg)]); with `tile_join='early'` MLP(cfg) is
+   also added to every node state before the GNN (a (C, N, d) state, as for layouts).
 4. A residual GNN stack: h ← h + GELU(SAGEConv(LayerNorm(h))), `layers` times
    (`directed=True`: separate weights for messages from operands and from users,
    `DirectedSAGEConv`; it measured worse here, see the setting).
@@ -76,6 +77,10 @@ class RankerSettings:
     # −0.006 [−0.019, +0.008] on layout:cpu:random, tile score +0.002 [−0.008, +0.014]
     # on options:cpu
     directed: bool = False
+    # tile: where the config joins. 'late': after the graph is encoded and pooled, once
+    # per graph (cheap); 'early': added to every node state before the GNN, so message
+    # passing sees the config (a GNN pass per config, as the official EarlyJoinSAGE)
+    tile_join: str = "late"
 
 
 def reference_sets(num_configs: int, size: int, sets: int = 1) -> list[np.ndarray]:
@@ -259,7 +264,7 @@ class Ranker(RankingNet):
         """The part of `embed` no config changes, so autotuning computes it once per
         program: h⁰ (N, d) for layout, the pooled graph (B, 2d) for tile."""
         h0 = self.node_in(torch.cat([b.x, self.opcode(b.opcode)], dim=-1))  # (N, d)
-        if self.kind == "layout":
+        if self.kind == "layout" or self.s.tile_join == "early":
             return h0
         h = self._gnn(h0, b)
         return torch.cat([mean_pool(h, b.node_graph, b.num_graphs),
@@ -294,6 +299,13 @@ class Ranker(RankingNet):
         `encode_segment`)."""
         if self.kind == "tile":
             cfg = self.config_in(config)  # (B, C, d)
+            if self.s.tile_join == "early":  # state is h⁰ (N, d): a GNN pass per config
+                at = torch.cat([cfg, cfg.new_zeros(1, *cfg.shape[1:])])  # halo index B: 0
+                h = self._gnn(state + at[b.node_graph].transpose(0, 1), b)  # (C, N, d)
+                state = torch.cat([pool_own("mean", h, b.node_graph, b.num_graphs),
+                                   pool_own("max", h, b.node_graph, b.num_graphs)],
+                                  -1).transpose(0, 1)  # (B, C, 2d)
+                return self.join(torch.cat([state, cfg], -1))
             g = state.unsqueeze(1).expand(-1, cfg.shape[1], -1)
             return self.join(torch.cat([g, cfg], -1))
         h0, c = state, config.shape[0]
@@ -364,8 +376,11 @@ class Ranker(RankingNet):
         """Configs (shaped like `g.configs(ids)`) → (1, C, d) embeddings on the exact
         fast path: tile graphs encoded once (`tile_state`), layout configs through
         `fastpath.LayoutEngine`. None where there is none: the directed variant (two
-        aggregations per layer) and segmented (GST) encoding."""
+        aggregations per layer), segmented (GST) encoding and the early-join tile variant
+        (its GNN runs per config)."""
         if self.s.directed or is_segmented(g, self.s.segment_size):
+            return None
+        if self.kind == "tile" and self.s.tile_join == "early":
             return None
         if self.kind == "tile":
             b, state = collate([(g, np.zeros(1, np.int64))]), self.tile_state(g)
