@@ -121,6 +121,7 @@ def pool_program(t: Tunable, model: Any, pool_size: int, k: int, batches: int,
     unseen[[0, *picks["learn"]]] = False
     return {"program": t.name, "kind": t.configs.kind, "pool": len(pool),
             "failed": int((~ok).sum()), "default_us": default / 1e3,
+            "runtime_ns": [float(x) for x in runtime],  # the pool's, the default first
             "picks": picks, "chosen": chosen, "speed_vs_default": speed,
             "alone_vs_default": alone,
             "tau": kendall_tau(before[ok], runtime[ok]),
