@@ -15,7 +15,12 @@ import pytest
 import torch
 from click.testing import CliRunner
 
-from graphcost.autotune.costmodel import CostModel, batch_sizes, learn_while_measuring
+from graphcost.autotune.costmodel import (
+    CostModel,
+    batch_sizes,
+    finetune_settings,
+    learn_while_measuring,
+)
 from graphcost.bench.pool import best_of, expected_best_of_random
 from graphcost.errors import UserError
 from graphcost.eval.metrics import kendall_tau
@@ -44,7 +49,9 @@ def test_update_fits_the_measurements_and_leaves_the_callers_model_alone(
         tiny_model, measured_pool):
     t, pool, runtime = measured_pool
     before_state = {k: v.clone() for k, v in tiny_model.net.state_dict().items()}
-    cm = CostModel(tiny_model, t, pool)
+    # more and larger steps than autotuning's default, so that the model fits what it
+    # measured whatever the timing noise: fitting them is what this test checks
+    cm = CostModel(tiny_model, t, pool, finetune_settings(steps=100, lr=3e-3))
     before = cm.predict(pool)
     ok = np.isfinite(runtime)
     # one measurement alone cannot rank anything: recorded, no training
@@ -53,7 +60,8 @@ def test_update_fits_the_measurements_and_leaves_the_callers_model_alone(
     assert cm.update(pool[1:], runtime[1:]) and cm.updates == 1
     assert len(cm.runtime_ns) == ok.sum()  # failed ones (NaN) left out
     after = cm.predict(pool)
-    assert kendall_tau(after[ok], runtime[ok]) > kendall_tau(before[ok], runtime[ok])
+    tau_after = kendall_tau(after[ok], runtime[ok])
+    assert tau_after >= 0.7 and tau_after > kendall_tau(before[ok], runtime[ok])
     for k, v in tiny_model.net.state_dict().items():  # fine-tuned a private copy
         assert torch.equal(v, before_state[k]), k
     assert np.array_equal(CostModel(tiny_model, t, pool).predict(pool), before)

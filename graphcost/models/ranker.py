@@ -10,9 +10,10 @@ Pipeline for a layout graph (the tile variant differs only where noted):
    minor-to-major entries are categorical (−1..5), so cfg is their one-hot code plus
    the log-size of the tensor dimension each entry names (`layout_features`): what
    a layout does physically is put a dimension of some size minor-most.
-   Tile: configs are graph-level, so the graph is encoded once (N, d) and the config
-   joins after pooling, MLP([pool ‖ MLP(cfg)]); with `tile_join='early'` MLP(cfg) is
-   also added to every node state before the GNN (a (C, N, d) state, as for layouts).
+   Tile: configs are graph-level. By default (`tile_join='early'`) MLP(cfg) is added to
+   every node state before the GNN (a (C, N, d) state, as for layouts) and joins again
+   after pooling, MLP([pool ‖ MLP(cfg)]); with 'late' the graph is encoded once (N, d)
+   and the config joins after pooling only.
 4. A residual GNN stack: h ← h + GELU(SAGEConv(LayerNorm(h))), `layers` times
    (`directed=True`: separate weights for messages from operands and from users,
    `DirectedSAGEConv`; it measured worse here, see the setting).
@@ -205,7 +206,8 @@ class Ranker(RankingNet):
 
     def graph_state(self, b: Batch) -> Tensor:
         """The part of `embed` no config changes, so autotuning computes it once per
-        program: h⁰ (N, d) for layout, the pooled graph (B, 2d) for tile."""
+        program: h⁰ (N, d) for layout and early-join tile, the pooled graph (B, 2d) for
+        late-join tile."""
         h0 = self.node_in(torch.cat([b.x, self.opcode(b.opcode)], dim=-1))  # (N, d)
         if self.kind == "layout" or self.s.tile_join == "early":
             return h0
