@@ -60,8 +60,14 @@ def test_update_fits_the_measurements_and_leaves_the_callers_model_alone(
     assert cm.update(pool[1:], runtime[1:]) and cm.updates == 1
     assert len(cm.runtime_ns) == ok.sum()  # failed ones (NaN) left out
     after = cm.predict(pool)
-    tau_after = kendall_tau(after[ok], runtime[ok])
-    assert tau_after >= 0.7 and tau_after > kendall_tau(before[ok], runtime[ok])
+    assert kendall_tau(after[ok], runtime[ok]) > kendall_tau(before[ok], runtime[ok])
+    # pairs whose runtimes differ by more than the timing noise are ordered as measured
+    rt, s = runtime[ok], after[ok]
+    i, j = np.triu_indices(len(rt), 1)
+    clear = np.abs(np.log(rt[i] / rt[j])) > np.log(1.15)
+    assert clear.sum() >= 5
+    agree = np.sign(s[i] - s[j]) == np.sign(rt[i] - rt[j])
+    assert agree[clear].mean() >= 0.8
     for k, v in tiny_model.net.state_dict().items():  # fine-tuned a private copy
         assert torch.equal(v, before_state[k]), k
     assert np.array_equal(CostModel(tiny_model, t, pool).predict(pool), before)

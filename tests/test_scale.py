@@ -52,6 +52,7 @@ def test_peak_rss_is_the_runs_own_and_grows_as_the_memory_model_says(tmp_path):
     import multiprocessing as mp
     from concurrent.futures import ProcessPoolExecutor
 
+    from graphcost.models.ranker import RankerSettings
     from graphcost.train.memory import full_step_bytes
 
     nodes, few, many = 1000, 2, 32
@@ -65,7 +66,8 @@ def test_peak_rss_is_the_runs_own_and_grows_as_the_memory_model_says(tmp_path):
     finally:
         for pool in pools.values():
             pool.shutdown()
-    extra = full_step_bytes(nodes, many, 64, 3) - full_step_bytes(nodes, few, 64, 3)
+    d = RankerSettings().hidden  # `measure` trains the default ranker
+    extra = full_step_bytes(nodes, many, d, 3) - full_step_bytes(nodes, few, d, 3)
     predicted_mb = extra / 2**20
     assert rss[many] - rss[few] > 0.5 * predicted_mb, (rss, predicted_mb)
     assert rss[many] - rss[few] < 2.0 * predicted_mb, (rss, predicted_mb)
