@@ -70,11 +70,11 @@ from graphcost.models.segments import is_segmented, split_segments
 
 @dataclass
 class RankerSettings:
-    # node state size. 128 over 64: leave-family-out, 5 folds × 3 seeds, demo settings,
-    # +0.016 [+0.008, +0.025] τ on layout:cpu:default, +0.007 [−0.005, +0.020] on
-    # layout:cpu:random; with 24 epochs and 24 configs per step (ResModel given the same)
-    # it beats ResModel on layout:cpu:default by +0.043 [+0.016, +0.073] (docs/results.md)
-    hidden: int = 128
+    # node state size. 128 ranks better (leave-family-out, demo settings: +0.016
+    # [+0.008, +0.025] τ on layout:cpu:default, +0.007 [−0.005, +0.020] on random) but
+    # scores random layout configs 2.7× slower on the fast path (1k nodes, 1 thread:
+    # 949 → 357 configs/s), so 64 stays the default (docs/results.md)
+    hidden: int = 64
     opcode_dim: int = 32  # opcode embedding size
     layers: int = 3  # residual SAGE layers
     dropout: float = 0.1  # dropout probability in training
