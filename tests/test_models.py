@@ -97,3 +97,18 @@ def test_wrong_kind_and_unknown_model_are_refused():
     m = built("ranker", "layout", graphs("layout", 1))
     with pytest.raises(ValueError, match="cannot score"):
         score_graph(m, graphs("tile", 1)[0])
+
+
+def test_a_checkpoint_from_before_a_setting_loads_as_it_was_trained():
+    """A tile ranker saved before `tile_join` existed was a late-join model: it must load
+    as one (the weights fit either join; the scores would silently change)."""
+    gs = graphs("tile")
+    torch.manual_seed(0)
+    late = Model("ranker", "tile", tile_join="late")
+    late.build(late.fit_transform(gs))
+    state = late.state()
+    del state["settings"]["tile_join"]  # as written by an older graphcost
+    old = Model.from_state(state)
+    assert old.settings.tile_join == "late"
+    np.testing.assert_array_equal(score_graph(old, gs[0]), score_graph(late, gs[0]))
+    assert Model("ranker", "tile").settings.tile_join == "early"  # new models: the default

@@ -191,7 +191,8 @@ class Model:
             raise UserError(f"a model of unknown name {state.get('name')!r}; this graphcost "
                             f"knows {', '.join(MODELS)}")
         spec = MODELS[state["name"]]
-        settings = fields.build(spec.settings, state["settings"],
+        saved = {**getattr(spec.settings, "BEFORE", {}), **state["settings"]}  # older files
+        settings = fields.build(spec.settings, saved,
                                 what=f"{state['name']} setting in the checkpoint")
         model = cls(state["name"], state["kind"], settings)
         model.build(FeatureTransform.from_dict(state["transform"]))

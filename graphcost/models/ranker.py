@@ -37,6 +37,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass
+from typing import Any, ClassVar
 
 import numpy as np
 import scipy.sparse as sp
@@ -97,6 +98,8 @@ class RankerSettings:
     # Leave-family-out on options:cpu, 5 folds × 3 seeds, demo settings: early minus late
     # tile score +0.028 [+0.010, +0.051], early minus EarlyJoinSAGE +0.000 [−0.012, +0.015]
     tile_join: str = "early"
+    # what a checkpoint written before a setting existed was trained with
+    BEFORE: ClassVar[dict[str, Any]] = {"tile_join": "late"}
 
 
 def reference_sets(num_configs: int, size: int, sets: int = 1) -> list[np.ndarray]:
