@@ -48,7 +48,7 @@ from graphcost.autotune.program import Tunable, measure, prepare
 from graphcost.autotune.search import SearchResult, search
 from graphcost.autotune.space import Config
 from graphcost.errors import UserError
-from graphcost.eval.metrics import kendall_tau
+from graphcost.eval.metrics import kendall_tau, t_interval
 from graphcost.xla.measure import Protocol
 
 
@@ -250,14 +250,9 @@ def ratio_interval(slow: Sequence[float], fast: Sequence[float],
                    level: float = 0.95) -> tuple[float, float, float]:
     """slow/fast as the geometric mean of per-round ratios, with a t interval over the
     rounds' log ratios (rounds pair up: both configs were timed in each)."""
-    from scipy import stats
-
     d = np.log(np.asarray(slow, float)) - np.log(np.asarray(fast, float))
-    mean = float(d.mean())
-    if d.size < 2 or np.all(d == d[0]):
-        return float(np.exp(mean)), float(np.exp(mean)), float(np.exp(mean))
-    half = float(stats.t.ppf(0.5 + level / 2, d.size - 1) * d.std(ddof=1) / np.sqrt(d.size))
-    return float(np.exp(mean)), float(np.exp(mean - half)), float(np.exp(mean + half))
+    mean, lo, hi = t_interval(d, level)
+    return float(np.exp(mean)), float(np.exp(lo)), float(np.exp(hi))
 
 
 def _random_arm(t: Tunable, res: SearchResult, initial: Sequence[Config], k: int,

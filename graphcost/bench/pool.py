@@ -32,7 +32,7 @@ from graphcost.autotune.costmodel import CostModel, learn_while_measuring
 from graphcost.autotune.program import Tunable, measure, prepare
 from graphcost.autotune.tune import ratio_interval
 from graphcost.bench.autotune import geomean_ci
-from graphcost.eval.metrics import kendall_tau
+from graphcost.eval.metrics import kendall_tau, t_interval
 from graphcost.xla.measure import Protocol
 from graphcost.xla.programs import make_program
 
@@ -164,8 +164,6 @@ def bench_pool(programs: Sequence[str], model: Any, model_info: dict[str, Any],
 def pool_summary(rows: list[dict[str, Any]], k: int, batches: int) -> dict[str, Any]:
     """Geometric means over the programs tuned, with 95% t intervals (log scale); the
     learner's τ on the configs it did not learn from, before and after, paired."""
-    from scipy import stats
-
     done = [r for r in rows if "skipped" not in r]
     summary: dict[str, Any] = {"programs": len(done), "k": k, "batches": batches}
     for s in ("pool", *STRATEGIES, "random_expected"):
@@ -184,12 +182,8 @@ def pool_summary(rows: list[dict[str, Any]], k: int, batches: int) -> dict[str, 
                                                 for r in done])
     before = np.array([r["tau_unseen_before"] for r in done], dtype=np.float64)
     after = np.array([r["tau_unseen_after"] for r in done], dtype=np.float64)
-    d = (after - before)[np.isfinite(after - before)]
-    half = (float(stats.t.ppf(0.975, d.size - 1) * d.std(ddof=1) / np.sqrt(d.size))
-            if d.size > 1 else float("nan"))
     summary["tau_unseen"] = [float(np.nanmean(before)), float(np.nanmean(after))]
-    summary["tau_unseen_gain"] = ([float(d.mean()), float(d.mean()) - half,
-                                   float(d.mean()) + half] if d.size else [float("nan")] * 3)
+    summary["tau_unseen_gain"] = list(t_interval((after - before)[np.isfinite(after - before)]))
     return summary
 
 

@@ -113,6 +113,19 @@ def bootstrap_ci(values: np.ndarray, n_boot: int = 1000, seed: int = 0,
     return mean, float(ci.low), float(ci.high)
 
 
+def t_interval(values: np.ndarray, level: float = 0.95) -> tuple[float, float, float]:
+    """Mean and Student t interval (paired differences, log ratios). One value, or all
+    equal, has no spread: the interval is the mean itself; no values, NaN."""
+    v = np.asarray(values, dtype=np.float64).reshape(-1)
+    if v.size == 0:
+        return float("nan"), float("nan"), float("nan")
+    mean = float(v.mean())
+    if v.size < 2 or np.all(v == v[0]):
+        return mean, mean, mean
+    half = float(stats.t.ppf(0.5 + level / 2, v.size - 1) * v.std(ddof=1) / np.sqrt(v.size))
+    return mean, mean - half, mean + half
+
+
 @dataclass
 class MeanCI:
     mean: float
