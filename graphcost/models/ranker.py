@@ -215,19 +215,22 @@ class Ranker(RankingNet):
         """The part of `embed` no config changes, so autotuning computes it once per
         program: h⁰ (N, d) for layout and early-join tile, the pooled graph (B, 2d) for
         late-join tile."""
-        h0 = self.node_in(torch.cat([b.x, self.opcode(b.opcode)], dim=-1))  # (N, d)
+        h0 = self.node_state(b)
         if self.kind == "layout" or self.s.tile_join == "early":
             return h0
         h = self._gnn(h0, b)
         return torch.cat([mean_pool(h, b.node_graph, b.num_graphs),
                           global_max_pool(h, b.node_graph, b.num_graphs)], -1)  # (B, 2d)
 
+    def node_state(self, b: Batch) -> Tensor:
+        """h⁰ (N, d): each node's features and opcode embedding through `node_in`."""
+        return self.node_in(torch.cat([b.x, self.opcode(b.opcode)], dim=-1))
+
     @torch.no_grad()
     def tile_state(self, g: GraphTensors) -> Tensor:
         """`graph_state` of a late-join tile graph (1, 2d), computed once per graph when
         scoring (`node_major_gnn`)."""
-        b = collate([(g, np.zeros(1, np.int64))])
-        h = self.node_in(torch.cat([b.x, self.opcode(b.opcode)], dim=-1))
+        h = self.node_state(collate([(g, np.zeros(1, np.int64))]))
         h = self.node_major_gnn(h, csr_tensor(mean_adjacency(g)))
         return torch.cat([h.mean(0), h.amax(0)]).unsqueeze(0)
 
@@ -246,8 +249,7 @@ class Ranker(RankingNet):
         """Configs (C, F) → (1, C, d) for the early-join tile ranker: h⁰ once, then every
         config's GNN pass together as one node-major (N, c, d) state, c configs at a time
         (`fastpath.state_configs`: a cache-sized state)."""
-        b = collate([(g, np.zeros(1, np.int64))])
-        h0 = self.node_in(torch.cat([b.x, self.opcode(b.opcode)], dim=-1))  # (N, d)
+        h0 = self.node_state(collate([(g, np.zeros(1, np.int64))]))  # (N, d)
         a = csr_tensor(mean_adjacency(g))
         step = state_configs(STATE_BYTES, h0.shape[0], self.s.hidden)
 
