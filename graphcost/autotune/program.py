@@ -57,10 +57,6 @@ class Tunable:
             return config, {}
         return {}, compiler_options(config, self.configs.knobs)
 
-    def graph(self, configs: Sequence[Config]) -> LayoutGraph | TileGraph:
-        """The program graph with `configs` as its configs (runtimes unknown: 1)."""
-        return self.graph_of(self.configs.encode(configs))
-
     def graph_of(self, feat: np.ndarray,
                  runtime_ns: np.ndarray | None = None) -> LayoutGraph | TileGraph:
         """The program graph with encoded configs `feat` and their runtimes (default 1)."""

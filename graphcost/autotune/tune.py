@@ -192,7 +192,7 @@ def autotune(fn: Callable, args: Sequence[Any], model: Any, *, name: str | None 
     scoring = {"search_candidates_per_s": res.summary()["candidates_per_s"]}
     if compare_cache:
         probe = t.configs.encode(res.configs[:min(len(res.configs), 4 * round_size)])
-        scoring.update(scoring_rates(m, t.graph(initial), probe, round_size))
+        scoring.update(scoring_rates(m, t.graph_of(cm.reference), probe, round_size))
 
     say(f"measuring the default, {k} random configs and the model's best {k}"
         + (f" in {batches} batches, learning from each" if batches > 1 else ""))
@@ -258,12 +258,10 @@ def ratio_interval(slow: Sequence[float], fast: Sequence[float],
 def _random_arm(t: Tunable, res: SearchResult, initial: Sequence[Config], k: int,
                 rng: np.random.Generator) -> list[Config]:
     """K configs drawn at random from the scored initial sample, the default excluded."""
-    index = {t.configs.key(c): i for i, c in enumerate(res.configs)}
-    default = index[t.configs.key(t.configs.default())]
-    pool = [index[t.configs.key(c)] for c in initial if t.configs.key(c) in index]
-    pool = [i for i in pool if i != default]
-    return [res.configs[pool[j]] for j in rng.choice(len(pool), min(k, len(pool)),
-                                                     replace=False)]
+    key, scored = t.configs.key, {t.configs.key(c) for c in res.configs}
+    default = key(t.configs.default())
+    pool = [c for c in initial if key(c) in scored and key(c) != default]
+    return [pool[j] for j in rng.choice(len(pool), min(k, len(pool)), replace=False)]
 
 
 class Arms:

@@ -52,13 +52,13 @@ def expected_best_of_random(runtime: Sequence[float], k: int,
     return float((p / math.comb(n, k) * np.minimum(rt, default)).sum())
 
 
-def pool_picks(cm: CostModel, pool: Sequence[Any], runtime: np.ndarray, k: int, batches: int,
-               rng: np.random.Generator) -> dict[str, list[int]]:
-    """Pool indices (0 = the default, never picked) each strategy measures, in order."""
+def pool_picks(cm: CostModel, pool: Sequence[Any], scores: np.ndarray, runtime: np.ndarray,
+               k: int, batches: int, rng: np.random.Generator) -> dict[str, list[int]]:
+    """Pool indices (0 = the default, never picked) each strategy measures, in order;
+    `scores` are `cm`'s predictions for the pool before it learns anything."""
     key = cm.tunable.configs.key
     index = {key(c): i for i, c in enumerate(pool)}
     others = list(range(1, len(pool)))
-    scores = cm.predict(pool)
     model = [i for i in np.argsort(scores, kind="stable") if i != 0][:k]
     cm.update([pool[0]], runtime[[0]])  # the default: measured by every strategy
 
@@ -91,7 +91,7 @@ def pool_program(t: Tunable, model: Any, pool_size: int, k: int, batches: int,
         raise RuntimeError(f"{t.name}: the default config failed ({results[0].status})")
     cm = CostModel(model, t, pool)
     before = cm.predict(pool)
-    picks = pool_picks(cm, pool, runtime, k, batches, rng)
+    picks = pool_picks(cm, pool, before, runtime, k, batches, rng)
     chosen = {s: best_of(p, runtime) for s, p in picks.items()}
     chosen["pool"] = best_of(range(1, len(pool)), runtime)
     ok = np.isfinite(runtime)
