@@ -93,21 +93,49 @@ def bench_score_cmd(kinds: tuple[str, ...], models: tuple[str, ...], sizes: tupl
         write_json(rows, json_path)
 
 
+def held_out_options(f: Callable) -> Callable:
+    """Where the model comes from and which held-out programs to tune: the options
+    `bench autotune` and `bench pool` share (see `held_out`)."""
+    options = [
+        click.option("--model", "model_path", default=None,
+                     type=click.Path(exists=True, dir_okay=False),
+                     help="A saved model (then name the held-out programs or --families)."),
+        click.option("--data", default=None, type=click.Path(exists=True, file_okay=False),
+                     help="Train a small ranker on this collection; its families are held out."),
+        click.option("--kind", type=click.Choice(["layout", "options"]), default="layout",
+                     show_default=True,
+                     help="What to measure for training when neither is given."),
+        click.option("--train-families", show_default=True,  # bench.autotune.TRAIN_FAMILIES
+                     default=",".join(("mlp", "cnn_nchw", "depthwise", "transformer")),
+                     help="Families measured for training when neither --model nor --data "
+                          "is given."),
+        click.option("--families", default=None, help="Comma-separated families to tune "
+                     "(default: every zoo family not used for training)."),
+        click.option("--programs", default=None, help="Comma-separated program names to tune."),
+        click.option("--per-family", default=1, show_default=True,
+                     help="Programs tuned per family."),
+        click.option("--epochs", default=30, show_default=True,
+                     help="Training epochs (small ranker)."),
+    ]
+    for option in reversed(options):
+        f = option(f)
+    return f
+
+
+def held_out(model_path: str | None, data: str | None, kind: str, train_families: str,
+             families: str | None, programs: str | None, per_family: int, epochs: int,
+             seed: int) -> tuple[Any, dict[str, Any], list[str]]:
+    """The model (loaded or trained), where it came from, and the programs to tune."""
+    from graphcost.bench.autotune import choose_model, programs_to_tune
+
+    model, info = choose_model(model_path, data, kind, comma_list(train_families), epochs, seed,
+                               log=click.echo)
+    return model, info, programs_to_tune(info, per_family, comma_list(families),
+                                         comma_list(programs))
+
+
 @bench.command("autotune")
-@click.option("--model", "model_path", default=None, type=click.Path(exists=True, dir_okay=False),
-              help="A saved model (then name the held-out programs or --families).")
-@click.option("--data", default=None, type=click.Path(exists=True, file_okay=False),
-              help="Train a small ranker on this collection; its families are held out.")
-@click.option("--kind", type=click.Choice(["layout", "options"]), default="layout",
-              show_default=True, help="What to measure for training when neither is given.")
-@click.option("--train-families", default=",".join(("mlp", "cnn_nchw", "depthwise",
-                                                      "transformer")), show_default=True,
-              help="Families measured for training when neither --model nor --data is given.")
-@click.option("--families", default=None, help="Comma-separated families to tune "
-              "(default: every zoo family not used for training).")
-@click.option("--programs", default=None, help="Comma-separated program names to tune.")
-@click.option("--per-family", default=1, show_default=True, help="Programs tuned per family.")
-@click.option("--epochs", default=30, show_default=True, help="Training epochs (small ranker).")
+@held_out_options
 @json_option
 @autotune_options
 def bench_autotune_cmd(model_path: str | None, data: str | None, kind: str, train_families: str,
@@ -117,17 +145,11 @@ def bench_autotune_cmd(model_path: str | None, data: str | None, kind: str, trai
                        no_pin: bool, seed: int, confirm_rounds: int, batches: int) -> None:
     """Measured speed-ups over default and random-K on held-out programs, and candidates/s."""
     core = pin(core, no_pin)
-    from graphcost.bench.autotune import (
-        bench_autotune,
-        choose_model,
-        format_bench,
-        programs_to_tune,
-    )
+    from graphcost.bench.autotune import bench_autotune, format_bench
     from graphcost.xla.measure import Protocol
 
-    model, info = choose_model(model_path, data, kind, comma_list(train_families), epochs, seed,
-                               log=click.echo)
-    names = programs_to_tune(info, per_family, comma_list(families), comma_list(programs))
+    model, info, names = held_out(model_path, data, kind, train_families, families, programs,
+                                  per_family, epochs, seed)
     result = bench_autotune(names, model, info, k, samples, evaluations, Protocol(warmup, runs),
                             seed, None, confirm_rounds, batches, log=click.echo)
     result["core"] = core  # pinned above, for the whole process
@@ -137,16 +159,7 @@ def bench_autotune_cmd(model_path: str | None, data: str | None, kind: str, trai
 
 
 @bench.command("pool")
-@click.option("--model", "model_path", type=click.Path(exists=True), default=None,
-              help="A saved model (its training families must be kept out of the programs).")
-@click.option("--data", type=click.Path(exists=True), default=None,
-              help="Train a small ranker on this collection; its families are held out.")
-@click.option("--kind", type=click.Choice(["layout", "options"]), default="layout",
-              show_default=True, help="What to measure for training when neither is given.")
-@click.option("--families", default=None, help="Comma-separated families to tune "
-              "(default: every zoo family not used for training).")
-@click.option("--programs", default=None, help="Comma-separated program names to tune.")
-@click.option("--per-family", default=1, show_default=True, help="Programs per family.")
+@held_out_options
 @click.option("--pool", "pool_size", default=48, show_default=True,
               help="Configs sampled per program and all measured (the default included).")
 @click.option("--k", default=5, show_default=True, help="Measurements each strategy may spend.")
@@ -161,24 +174,23 @@ def bench_autotune_cmd(model_path: str | None, data: str | None, kind: str, trai
               help="Pin to this core (default: the first one allowed).")
 @click.option("--no-pin", is_flag=True, help="Do not pin (timings drift more).")
 @click.option("--seed", default=0, show_default=True)
-@click.option("--epochs", default=30, show_default=True, help="Training epochs (small ranker).")
 @json_option
-def bench_pool_cmd(model_path: str | None, data: str | None, kind: str, families: str | None,
-                   programs: str | None, per_family: int, pool_size: int, k: int, batches: int,
-                   runs: int, warmup: int, rounds: int, confirm_rounds: int, core: int | None,
-                   no_pin: bool, seed: int, epochs: int, json_path: str | None) -> None:
+def bench_pool_cmd(model_path: str | None, data: str | None, kind: str, train_families: str,
+                   families: str | None, programs: str | None, per_family: int, epochs: int,
+                   pool_size: int, k: int, batches: int, runs: int, warmup: int, rounds: int,
+                   confirm_rounds: int, core: int | None, no_pin: bool, seed: int,
+                   json_path: str | None) -> None:
     """Model, learning and random search against exhaustive measurement of a sampled pool."""
     from graphcost.errors import UserError
 
     core = pin(core, no_pin)
     if pool_size < 2 or k < 1 or batches < 1 or confirm_rounds < 2:
         raise UserError("need --pool >= 2, --k >= 1, --batches >= 1 and --confirm-rounds >= 2")
-    from graphcost.bench.autotune import choose_model, programs_to_tune
     from graphcost.bench.pool import bench_pool, format_pool
     from graphcost.xla.measure import Protocol
 
-    model, info = choose_model(model_path, data, kind, epochs=epochs, seed=seed, log=click.echo)
-    names = programs_to_tune(info, per_family, comma_list(families), comma_list(programs))
+    model, info, names = held_out(model_path, data, kind, train_families, families, programs,
+                                  per_family, epochs, seed)
     result = bench_pool(names, model, info, pool_size, k, batches,
                         Protocol(warmup, runs, rounds), confirm_rounds, seed, None,
                         log=click.echo)
