@@ -151,6 +151,31 @@ class Context:
         ids = [self.local_rank] if self.device.type == "cuda" else None
         return nn.parallel.DistributedDataParallel(net, device_ids=ids)
 
+    def replicate(self, net: nn.Module) -> None:
+        """Rank 0's weights on every rank: what DDP does when it wraps a network, for a
+        network trained without the wrapper (`average_gradients`)."""
+        if self.world == 1:
+            return
+        for t in [*net.parameters(), *net.buffers()]:
+            box = t.data.to(self._comm_device())
+            dist.broadcast(box, src=0)
+            t.data.copy_(box)
+
+    def average_gradients(self, params: Sequence[nn.Parameter]) -> None:
+        """Every rank's gradients replaced by their mean over ranks, in one all-reduce:
+        DDP's work, for steps that call the network's parts several times per step
+        (Graph Segment Training), which DDP's one-forward-one-backward hooks do not fit.
+        A parameter without a gradient on this rank (no graph of its shard reached it)
+        counts as zeros."""
+        if self.world == 1 or not params:
+            return
+        grads = [p.grad if p.grad is not None else torch.zeros_like(p) for p in params]
+        flat = torch.cat([g.reshape(-1) for g in grads]).to(self._comm_device())
+        dist.all_reduce(flat)
+        flat /= self.world
+        for p, part in zip(params, flat.split([p.numel() for p in params]), strict=True):
+            p.grad = part.view_as(p).to(p.device, p.dtype)
+
     def loss(self, loss: RankingLoss) -> RankingLoss | ShardedLoss:
         """The loss to back-propagate on this rank's shard (see `ShardedLoss`)."""
         return loss if self.world == 1 else ShardedLoss(loss, self)
@@ -203,10 +228,6 @@ def in_process_group(fn: Callable[..., T]) -> Callable[..., T]:
         device = getattr(settings, "device", "cpu")
         created = init_from_env(device)
         try:
-            mode = getattr(settings, "mode", "full")
-            if context(device).world > 1 and mode != "full":
-                raise ValueError(f"mode={mode} trains in one process; multi-process training "
-                                 "supports mode=full")
             return fn(*args, **kwargs)
         finally:
             if created:
@@ -256,10 +277,19 @@ class ShardedLoss:
         self.parts = [(w, RankingLoss(name, loss.margin, loss.temperature), NORMALIZERS[name])
                       for name, w in loss.weights.items()]
 
-    def __call__(self, scores: Tensor, runtime: Tensor, mask: Tensor) -> Tensor:
-        local = torch.stack([count(runtime, mask) for _, _, count in self.parts]).double()
-        total = local.to(self.ctx._comm_device(), copy=True)
-        dist.all_reduce(total)
+    def counts(self, runtime: Tensor, mask: Tensor) -> Tensor:
+        """Each loss's normalising count over a batch (see `NORMALIZERS`)."""
+        return torch.stack([count(runtime, mask) for _, _, count in self.parts]).double()
+
+    def __call__(self, scores: Tensor, runtime: Tensor, mask: Tensor,
+                 total: Tensor | None = None) -> Tensor:
+        """This rank's loss. `total`: the batch-wide counts when every rank can compute
+        them itself (`counts` of the global batch); otherwise they are all-reduced here,
+        a collective every rank must join."""
+        local = self.counts(runtime, mask)
+        if total is None:
+            total = local.to(self.ctx._comm_device(), copy=True)
+            dist.all_reduce(total)
         share = (local / total.to(local.device).clamp(min=1)).to(scores.dtype)
         out = scores.new_zeros(())
         for (w, part, _), f in zip(self.parts, share, strict=True):

@@ -95,7 +95,7 @@ def fit(model: Model, train_graphs: Sequence[Graph], valid_graphs: Sequence[Grap
     elif model.net is None:
         raise ValueError("warm_start needs a fitted model: train or load one first")
     net = model.net.to(ctx.device)
-    step = strategy(model, ctx.wrap(net), train_graphs, s, ctx, out)
+    step = strategy(model, ctx.wrap(net) if strategy.ddp else net, train_graphs, s, ctx, out)
     valid_pool = validation_items(model, valid_graphs or [], s)
     valid = valid_pool
 
@@ -154,6 +154,7 @@ def fit(model: Model, train_graphs: Sequence[Graph], valid_graphs: Sequence[Grap
                 loss, configs = step.loss(order[i], rng, epoch)
                 opt.zero_grad(set_to_none=True)
                 loss.backward()
+                step.sync_gradients(params)
                 clip_gradients(params, s)
                 opt.step()
                 sched.step()

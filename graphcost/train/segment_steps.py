@@ -96,9 +96,20 @@ def encode_fresh(net: nn.Module, items: Sequence[GstItem], fresh: Sequence[np.nd
 
 
 class SegmentStep(Step):
-    """Every segment of every graph back-propagated, one segment's memory at a time."""
+    """Every segment of every graph back-propagated, one segment's memory at a time.
+
+    Across N processes, rank r owns the train graphs i ≡ r (mod N) and encodes only
+    those, so its table holds only their entries: the table is sharded, each process
+    keeps 1/N of it and none sends embeddings to another, since a graph's entries are
+    written and read by its owner alone. Every rank still draws the whole global batch
+    (configs, and one random stream per graph for segments and stale dropout), so N
+    processes take the steps one process takes. Gradients are averaged after the
+    backward pass (`sync_gradients`): a step calls the encoder once per segment and the
+    head once, which DDP's hooks (one forward, one backward) do not fit.
+    """
 
     name = "gst"
+    ddp = False
 
     @staticmethod
     def configure(model: Model, s: TrainSettings) -> None:
@@ -115,7 +126,8 @@ class SegmentStep(Step):
     def __init__(self, model: Model, net: nn.Module, graphs: Sequence[Graph], s: TrainSettings,
                  ctx: distributed.Context, out: Path | None):
         super().__init__(model, net, graphs, s, ctx, out)
-        self.net = net = model.net  # one process: never DDP-wrapped (see distributed.py)
+        self.net = net = model.net  # never DDP-wrapped (see the class doc)
+        ctx.replicate(net)
         self.head_epochs = s.head_finetune_epochs
         self.items: list[GstItem] = []
         for n, g in enumerate(graphs):
@@ -129,15 +141,25 @@ class SegmentStep(Step):
         with torch.no_grad():
             probe = self.items[0].segments.encode(net, self.items[0].configs[:1], [0])
         self.tmp = None if out is not None else Path(tempfile.mkdtemp(prefix="gst-"))
+        # rows written after the epoch a run goes on from are forgotten in `resume`,
+        # called by fit for every run. Ranks > 0 keep theirs in a temporary folder: a
+        # resumed multi-process run recomputes their entries on demand
         self.table = EmbeddingTable((out or self.tmp) / "gst_table",
-                                    [(it.configs.size, len(it.segments)) for it in self.items],
-                                    probe.shape[-1], resume=True)  # rows written after the
-        # epoch a run goes on from are forgotten in `resume`, called by fit for every run
+                                    [(it.configs.size, len(it.segments)) if self.owns(n)
+                                     else (0, 0) for n, it in enumerate(self.items)],
+                                    probe.shape[-1], resume=True)
         self.head_since: int | None = None  # first epoch of the head phase
         self.ages: list[np.ndarray] = []
 
     def __len__(self) -> int:
         return len(self.items)
+
+    def owns(self, graph: int) -> bool:
+        """Whether this rank trains train graph `graph` (see the class doc)."""
+        return graph % self.ctx.world == self.ctx.rank
+
+    def sync_gradients(self, params: list[nn.Parameter]) -> None:
+        self.ctx.average_gradients(params)
 
     def parameters(self, head: bool = False) -> list[nn.Parameter]:
         return self.net.head_parameters() if head else list(self.net.parameters())
@@ -159,20 +181,30 @@ class SegmentStep(Step):
         slots = [np.concatenate([sl, np.full(c - sl.size, sl[0], sl.dtype)]) for sl in slots]
         runtime = torch.stack([torch.as_tensor(it.gt.runtime[it.configs[sl]], dtype=torch.float32)
                                for it, sl in zip(chosen, slots, strict=True)]).to(dev)
+        streams = [np.random.default_rng(x) for x in rng.integers(2**63, size=len(gis))]
+        mine = [k for k, gi in enumerate(gis) if self.owns(gi)]
+        if not mine:  # none of this rank's graphs in the step: no gradient from here
+            return torch.zeros((), device=dev, requires_grad=True), 0
+        gis, chosen, slots, streams = ([x[k] for k in mine]
+                                       for x in (gis, chosen, slots, streams))
         with torch.autocast(dev.type, dtype=torch.bfloat16, enabled=self.amp):
             if self.head_since is None:
-                h = self.embed(gis, chosen, slots, rng, epoch)
+                h = self.embed(gis, chosen, slots, streams, epoch)
             else:  # frozen encoder, exact embeddings of every segment
                 with torch.no_grad(), eval_mode(self.net):
                     h = torch.stack([self.historical(gi, it, sl, None, self.head_since,
                                                      epoch)[0].sum(1)
                                      for gi, it, sl in zip(gis, chosen, slots, strict=True)])
                 h = h.to(dev)
-            scores = self.net.score_embedding(h, mask)
-        return self.loss_fn(scores.float(), runtime, mask), int(mask.sum())
+            scores = self.net.score_embedding(h, mask[mine]).float()
+        if self.ctx.world == 1:
+            return self.loss_fn(scores, runtime, mask), int(mask.sum())
+        # every rank holds the global batch's runtimes: its counts need no all-reduce
+        total = self.loss_fn.counts(runtime, mask)
+        return self.loss_fn(scores, runtime[mine], mask[mine], total), int(mask[mine].sum())
 
     def embed(self, gis: list[int], chosen: list[GstItem], slots: list[np.ndarray],
-              rng: np.random.Generator, epoch: int) -> Tensor:
+              streams: list[np.random.Generator], epoch: int) -> Tensor:
         """(B, C, d) graph embeddings to back-propagate through: every segment fresh."""
         fresh = [np.arange(len(it.segments)) for it in chosen]
         ids = [it.configs[sl] for it, sl in zip(chosen, slots, strict=True)]
@@ -216,9 +248,10 @@ class HistoryStep(SegmentStep):
     others read from the table of historical embeddings with stale dropout."""
 
     def embed(self, gis: list[int], chosen: list[GstItem], slots: list[np.ndarray],
-              rng: np.random.Generator, epoch: int) -> Tensor:
+              streams: list[np.random.Generator], epoch: int) -> Tensor:
         s = self.s
-        fresh = [fresh_segments(rng, len(it.segments), s.gst_fresh_segments) for it in chosen]
+        fresh = [fresh_segments(rng, len(it.segments), s.gst_fresh_segments)
+                 for it, rng in zip(chosen, streams, strict=True)]
         h, parts = encode_fresh(self.net, chosen, fresh,
                                 [it.configs[sl] for it, sl in zip(chosen, slots, strict=True)],
                                 self.device)
@@ -229,7 +262,7 @@ class HistoryStep(SegmentStep):
             if len(it.segments) > fresh[k].size:
                 hist, age = self.historical(gi, it, sl, list(fresh[k]), 0, epoch)
                 self.ages.append(age)
-                stale.append(stale_sum(hist, list(fresh[k]), s.stale_drop_p, rng))
+                stale.append(stale_sum(hist, list(fresh[k]), s.stale_drop_p, streams[k]))
             else:
                 stale.append(torch.zeros(sl.size, h.shape[-1]))
         up = torch.tensor([fresh_weight(it.segments.share, f, s.stale_drop_p)

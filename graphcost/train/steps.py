@@ -48,6 +48,9 @@ class Step(ABC):
 
     name = "full"  # the phase label of main-phase epochs in metrics.jsonl
     head_epochs = 0  # epochs of a final head-only phase (0: none)
+    # across processes: wrap the network in DDP (True), or average gradients after the
+    # backward pass (`sync_gradients`) for a step that calls the network's parts directly
+    ddp = True
 
     def __init__(self, model: Model, net: nn.Module, graphs: Sequence[Graph], s: TrainSettings,
                  ctx: distributed.Context, out: Path | None):
@@ -79,6 +82,10 @@ class Step(ABC):
         """What the optimiser trains: everything, or the head in the head phase."""
         assert self.model.net is not None
         return list(self.model.net.parameters())
+
+    def sync_gradients(self, params: list[nn.Parameter]) -> None:  # noqa: B027
+        """Make the gradients just computed the same on every rank (DDP already did,
+        during the backward pass, when `ddp` is set)."""
 
     def begin_head(self, epoch: int) -> None:  # noqa: B027 (optional hook)
         """The head-only phase starts at `epoch` (also called when resuming inside it)."""
