@@ -211,6 +211,7 @@ def _gst_rank_main(rank: int, world: int, ports: list[int], root: str) -> None:
         with open(base / f"gst{fresh}-rank{rank}.json", "w") as f:
             json.dump({"history": [h["train_loss"] for h in result["history"]],
                        "phases": [h["phase"] for h in result["history"]],
+                       "stale_age": [h["stale_age"] for h in result["history"]],
                        "tau": [h["valid_tau"] for h in result["history"]],
                        "preds": score_graph(model, va[0]).tolist()}, f)
     sys.stdout.flush()
@@ -237,6 +238,7 @@ def test_gst_in_two_processes_takes_the_steps_of_one(gst_run, tmp_path, fresh):
     for rank in range(2):
         ddp = out[(fresh, rank)]
         assert ddp["phases"] == ["gst", "gst", "head"]
+        assert ddp["stale_age"] == [h["stale_age"] for h in single["history"]]  # all ranks'
         np.testing.assert_allclose(ddp["history"], [h["train_loss"] for h in single["history"]],
                                    atol=1e-5)
         np.testing.assert_allclose(ddp["tau"], [h["valid_tau"] for h in single["history"]],

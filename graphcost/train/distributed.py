@@ -139,7 +139,7 @@ class Context:
         parts = all_gather_object(list(values))
         return [sum(p[i] for p in parts) / self.world for i in range(len(values))]
 
-    def all_sum(self, value: int) -> int:
+    def all_sum(self, value: T) -> T:
         return value if self.world == 1 else sum(all_gather_object(value))
 
     # ------------------------------------------------------------ model and loss

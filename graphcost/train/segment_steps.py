@@ -233,7 +233,8 @@ class SegmentStep(Step):
         used = np.concatenate(self.ages) if self.ages else np.zeros(0)
         self.ages = []
         self.table.flush()
-        return {"stale_age": float(used.mean()) if used.size else 0.0}
+        total, count = self.ctx.all_sum(float(used.sum())), self.ctx.all_sum(used.size)
+        return {"stale_age": total / count if count else 0.0}  # over every rank's reads
 
     def close(self) -> dict:
         nbytes = self.table.nbytes
