@@ -210,3 +210,22 @@ def test_compare_refuses_a_seed_twice_on_one_side(tmp_path):
     result = CliRunner().invoke(main, ["compare", str(out), str(out), "--against", str(out)])
     assert result.exit_code != 0 and isinstance(result.exception, SystemExit)
     assert "two results of one seed" in result.output
+
+
+def test_graph_folds_hold_out_each_graph_once_with_its_family_seen_in_training(tmp_path):
+    data = write_families(tmp_path)
+    plan = plan_folds(open_collection(data), 3, seed=0, valid_fraction=0.2, group="graph")
+    every = {p.stem for files in open_collection(data).splits.values() for p in files}
+    held = [n for fold in plan for n in fold.held_out]
+    assert sorted(held) == sorted(every)  # single graphs, each held out once
+    assert max(len(f.held_out) for f in plan) - min(len(f.held_out) for f in plan) <= 1
+    for fold in plan:
+        test = {p.stem for p in fold.collection.splits["test"]}
+        train = {p.stem for p in fold.collection.splits["train"]}
+        assert test == set(fold.held_out) and not test & train
+    # families of more than one graph reach training in some fold where one is held out
+    assert any({family_of(n) for n in fold.held_out}
+               & {p.stem.split(".")[0] for p in fold.collection.splits["train"]}
+               for fold in plan)
+    with pytest.raises(ValueError, match="unknown fold grouping"):
+        plan_folds(open_collection(data), 3, group="program")

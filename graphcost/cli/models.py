@@ -148,11 +148,15 @@ def submit_cmd(data: str, models: tuple[str, ...], out_path: str, split: str, de
               help="keep each fold's run in OUT/fold-<i> and the results in OUT/crossval.json")
 @click.option("--json", "json_path", type=click.Path(dir_okay=False), default=None,
               help="also write the results (per fold, per graph, overall) here")
+@click.option("--group", type=click.Choice(["family", "graph"]), default="family",
+              show_default=True,
+              help="deal whole program families into folds (unseen programs), or single "
+                   "graphs (their families seen in training: the comparison figure)")
 @click.option("--verbose", is_flag=True, help="print every epoch's line, as `train` does")
 @_device_option
 def crossval_cmd(data: str, folds: int, model_name: str, sets: tuple[str, ...],
                  epochs: int | None, valid_fraction: float, seed: int, out_dir: str | None,
-                 json_path: str | None, verbose: bool, device: str) -> None:
+                 json_path: str | None, group: str, verbose: bool, device: str) -> None:
     """Leave-family-out k-fold cross-validation on every graph of a collection (all its
     splits pooled): per-fold and overall mean τ (tile: tile score) with 95% intervals."""
     from graphcost.atomic import write_json
@@ -163,7 +167,7 @@ def crossval_cmd(data: str, folds: int, model_name: str, sets: tuple[str, ...],
              **({} if epochs is None else {"epochs": epochs})}
     settings, model_kw = parse_settings(sets, model_name, **fixed)  # a bad --set: UserError, exit 2
     result = crossvalidate(data, model_name, folds, settings, model_kw, out_dir, seed,
-                           valid_fraction, log=click.echo)
+                           valid_fraction, group, log=click.echo)
     click.echo(format_overall(result))
     if json_path:
         write_json(result, json_path)

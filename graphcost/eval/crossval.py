@@ -61,16 +61,28 @@ def pooled_files(coll: Collection) -> dict[str, Path]:
     return files
 
 
+GROUPS = ("family", "graph")
+
+
 def plan_folds(coll: Collection, folds: int, seed: int = 0,
-               valid_fraction: float = 0.15) -> list[Fold]:
+               valid_fraction: float = 0.15, group: str = "family") -> list[Fold]:
     """The k folds of a collection: families balanced by graph count, deterministic for a
-    seed; each fold's validation families carved (seed + fold) from its training ones."""
+    seed; each fold's validation families carved (seed + fold) from its training ones.
+
+    `group='graph'` deals single graphs instead of families (each graph its own group),
+    so every held-out graph has relatives in training: the seen-family figure that the
+    leave-family-out one is measured against."""
+    if group not in GROUPS:
+        raise UserError(f"unknown fold grouping {group!r}; choose from {list(GROUPS)}")
     files = pooled_files(coll)
-    sizes = family_sizes(files)
+    group_of = family_of if group == "family" else str
+    sizes = family_sizes(files) if group == "family" else {n: 1 for n in sorted(files)}
     groups = family_folds(sizes, folds, seed)
     plan = []
-    def of(families: list[str]) -> list[Path]:
-        return [p for n, p in files.items() if family_of(n) in families]
+
+    def of(members: list[str]) -> list[Path]:
+        chosen = set(members)
+        return [p for n, p in files.items() if group_of(n) in chosen]
 
     for i, held in enumerate(groups, 1):
         rest = {f: n for f, n in sizes.items() if f not in held}
@@ -86,7 +98,7 @@ def crossvalidate(data: str | Path, model: str = "ranker", folds: int = 5,
                   settings: TrainSettings | None = None,
                   model_settings: dict[str, Any] | None = None,
                   out_dir: str | Path | None = None, seed: int = 0,
-                  valid_fraction: float = 0.15,
+                  valid_fraction: float = 0.15, group: str = "family",
                   log: Callable[[str], None] | None = None) -> dict:
     """Train and evaluate one model per fold; return per-fold and per-graph figures and
     the overall means with 95% intervals (every graph scored once, by its fold's model).
@@ -101,12 +113,13 @@ def crossvalidate(data: str | Path, model: str = "ranker", folds: int = 5,
     Model(model, kind, **(model_settings or {}))  # refuse an unknown model or setting now
     s = settings or TrainSettings()
     s.check()
-    plan = plan_folds(coll, folds, seed, valid_fraction)
+    plan = plan_folds(coll, folds, seed, valid_fraction, group)
     result: dict[str, Any] = {
         "collection": coll.name, "data": str(Path(data).resolve()), "kind": kind,
         "model": model, "model_settings": model_settings or {},
         "settings": dataclasses.asdict(s), "folds": folds, "seed": seed,
-        "valid_fraction": valid_fraction, "fold_results": [], "graphs": {}, "skipped": []}
+        "valid_fraction": valid_fraction, "group": group, "fold_results": [], "graphs": {},
+        "skipped": []}
     with tempfile.TemporaryDirectory(prefix="graphcost-crossval-") as tmp:
         root = Path(out_dir) if out_dir is not None else Path(tmp)
         for fold in plan:
