@@ -157,8 +157,9 @@ def _figures(summary: dict, kind: str) -> str:
 
 def format_fold_start(fold: Fold, folds: int, model: str) -> str:
     """What a fold trains on, stops early on and holds out (graphs, families)."""
+    families = len({family_of(p.stem) for p in fold.collection.splits["train"]})
     return (f"fold {fold.index}/{folds}: training {model} on {fold.count('train')} graphs "
-            f"({len(fold.train)} families); early stopping on {fold.count('valid')} "
+            f"({families} families); early stopping on {fold.count('valid')} "
             f"({', '.join(fold.valid) or 'none: best train loss'}); holding out "
             f"{fold.count('test')} ({', '.join(fold.held_out)})")
 
