@@ -1,8 +1,11 @@
 """`graphcost bench collect`: samples per minute and the noise ceiling of a collection
 run in each mode, on the same programs, in one run. Modes: `off` (no pipeline: each
 core compiles and times its own graphs), `on` (the pipeline with quiet timing: every
-core compiles, one core times while every compile worker is paused) and `shared` (the
-pipeline pausing only the compile worker on the timing core).
+core compiles, one core times while every compile worker is paused), `shared` (the
+pipeline pausing only the compile worker on the timing core) and `ray` (a local Ray
+instance, one timing slot per core, each compiling and timing its own graphs; its start
+is timed with the run). `MODE:N` runs a mode with N workers (Ray: N timing slots), so
+`ray:1,ray:2` measures what a second worker adds.
 
 The modes alternate (off, on, off, on, …) so that a drift of the machine during the
 run falls on all; each mode's graphs are pooled over its repeats. The noise ceiling
@@ -28,7 +31,16 @@ from graphcost.xla.measure import Protocol
 from graphcost.xla.plan import CollectSpec
 
 MODES = {"off": {"pipeline": False}, "on": {"pipeline": True, "quiet_timing": True},
-         "shared": {"pipeline": True, "quiet_timing": False}}
+         "shared": {"pipeline": True, "quiet_timing": False}, "ray": {"ray": "local"}}
+
+
+def mode_settings(mode: str, workers: int) -> dict[str, Any]:
+    """The CollectSpec fields of a mode `NAME` or `NAME:WORKERS`."""
+    name, sep, count = mode.partition(":")
+    if name not in MODES or (sep and not count.isdigit()):
+        raise UserError(f"unknown mode {mode!r}; choose from {list(MODES)}, each optionally "
+                        "with :WORKERS (e.g. ray:2)")
+    return {"workers": int(count) if sep else workers, **MODES[name]}
 
 
 def bench_collect(families: Sequence[str], per_family: int, kinds: Sequence[str],
@@ -36,9 +48,9 @@ def bench_collect(families: Sequence[str], per_family: int, kinds: Sequence[str]
                   workers: int = 0, modes: Sequence[str] = ("off", "on"),
                   on_row: Callable[[dict], Any] | None = None) -> dict:
     """Collect the same programs `repeats` times per mode into temporary folders."""
-    bad = sorted(set(modes) - set(MODES))
-    if bad or not modes:
-        raise UserError(f"unknown modes {bad}; choose from {list(MODES)}")
+    if not modes:
+        raise UserError(f"no mode given; choose from {list(MODES)}")
+    settings = {m: mode_settings(m, workers) for m in modes}
     rows: list[dict] = []
     taus: dict[str, dict[str, list[float]]] = {m: {} for m in modes}
     kwargs = {"per_family": per_family, "families": list(families)}
@@ -47,7 +59,7 @@ def bench_collect(families: Sequence[str], per_family: int, kinds: Sequence[str]
             with tempfile.TemporaryDirectory(prefix=f"bench-collect-{mode}-") as tmp:
                 spec = CollectSpec(out=tmp, program_kwargs=kwargs, kinds=list(kinds),
                                    num_configs=num_configs, protocol=protocol,
-                                   workers=workers, **MODES[mode])
+                                   **settings[mode])
                 result = collect(spec, command="graphcost bench collect")
                 graph_taus = {Path(p).relative_to(tmp).as_posix(): e["noise_tau"]
                               for p, e in read_log(tmp).items()
@@ -79,7 +91,7 @@ def bench_collect(families: Sequence[str], per_family: int, kinds: Sequence[str]
     return summary
 
 
-HEADER = f"{'pipeline':8} {'rep':>3} {'graphs':>6} {'samples':>7} {'minutes':>7} " \
+HEADER = f"{'mode':8} {'rep':>3} {'graphs':>6} {'samples':>7} {'minutes':>7} " \
          f"{'samples/min':>11}  noise ceiling τ [95% CI]"
 
 
@@ -94,7 +106,7 @@ def format_collect(s: dict) -> str:
     base, lines = s["modes"][0], []
     for m in s["modes"]:
         tau, diff = s[m]["noise_tau"], s[m]["noise_diff"]
-        line = (f"pipeline {m}: {s[m]['samples_per_min']:.1f} samples/min "
+        line = (f"mode {m}: {s[m]['samples_per_min']:.1f} samples/min "
                 f"({s[m]['speedup']:.2f}x {base}), noise ceiling τ {tau[0]:.3f} "
                 f"[{tau[1]:.3f}, {tau[2]:.3f}]")
         if m != base and diff:

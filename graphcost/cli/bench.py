@@ -287,14 +287,17 @@ def bench_gst_cmd(variants: str, data: str | None, nodes: int, graphs: int, num_
               help="Runs per mode, the modes alternating.")
 @click.option("--modes", default="off,on", show_default=True,
               help="off (each core compiles and times), on (pipeline, every compile worker "
-                   "paused while timing), shared (pipeline, only the timing core's paused); "
-                   "the first is the baseline of the ratios and paired differences.")
+                   "paused while timing), shared (pipeline, only the timing core's paused), "
+                   "ray (a local Ray instance, a timing slot per core); MODE:N with N "
+                   "workers, e.g. ray:1,ray:2. The first is the baseline of the ratios and "
+                   "paired differences.")
 @click.option("--workers", default=0, show_default=True, help="Worker processes (0: one/core).")
 @json_option
 def bench_collect_cmd(families: str, per_family: int, kinds: str, configs: int, runs: int,
                       warmup: int, rounds: int, repeats: int, modes: str, workers: int,
                       json_path: str | None) -> None:
-    """Samples/min and noise ceiling of `collect` in each pipeline mode, same programs."""
+    """Samples/min and noise ceiling of `collect` in each mode (pipeline, Ray, workers),
+    same programs."""
     from graphcost.bench.collect import HEADER, bench_collect, format_collect, format_row
     from graphcost.xla.measure import Protocol
 

@@ -141,13 +141,19 @@ def measure(program: str, kind: str, source: str, per_family: int, core: int | N
 @click.option("--shard", default="", metavar="I/N",
               help="Measure only shard I of N (0-based) of the planned graphs, e.g. one per "
                    "machine with the same options; combine with `graphcost merge`.")
+@click.option("--ray", "ray", is_flag=False, flag_value="local", default=None,
+              metavar="[ADDRESS]",
+              help="Measure on Ray: one pinned timing slot per core of every node "
+                   "(--workers caps the slots). No ADDRESS starts a local Ray instance "
+                   "with this machine's cores; ADDRESS joins a cluster whose nodes were "
+                   "started with `ray start --resources \"$(python -m "
+                   "graphcost.xla.ray_pool)\"`. Needs `pip install 'graphcost[ray]'`.")
 @_protocol_options
 def collect(out: str, sources: tuple[str, ...], per_family: int, families: str | None,
             kinds: str, workers: int, limit: int, pipeline: bool, quiet_timing: bool,
-            retry_failed: bool,
-            shard: str, num_configs: int, runs: int, warmup: int, rounds: int,
-            min_time_s: float, statistic: str, flush_cache: bool, max_run_s: float,
-            seed: int) -> None:
+            retry_failed: bool, shard: str, ray: str | None, num_configs: int, runs: int,
+            warmup: int, rounds: int, min_time_s: float, statistic: str, flush_cache: bool,
+            max_run_s: float, seed: int) -> None:
     """Measure programs x configs into TpuGraphs collections under OUT (resumable: a
     rerun with the same options measures only what is not written yet).
 
@@ -164,7 +170,7 @@ def collect(out: str, sources: tuple[str, ...], per_family: int, families: str |
                                           flush_cache=flush_cache, min_time_s=min_time_s,
                                           statistic=statistic),
                         workers=workers, limit=limit, retry_failed=retry_failed, shard=shard,
-                        pipeline=pipeline, quiet_timing=quiet_timing)
+                        pipeline=pipeline, quiet_timing=quiet_timing, ray=ray)
     bars: list = []
 
     def progress(total: int, initial: int):

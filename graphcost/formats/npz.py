@@ -10,6 +10,7 @@ few config ids reads only those rows.
 from __future__ import annotations
 
 import hashlib
+import io
 import os
 import shutil
 import struct
@@ -247,15 +248,9 @@ def _mmap_cached(path: Path, zf: zipfile.ZipFile, info: zipfile.ZipInfo) -> np.n
 # --------------------------------------------------------------------------- writing
 
 
-def write_graph(path: str | Path, graph: Graph, compress: bool = True,
-                extra: Mapping[str, np.ndarray] | None = None) -> Path:
-    """Write a graph in the published format, atomically (temp file, then rename).
-
-    `compress=False` stores members uncompressed so that readers can memory-map them
-    in place with no cache. `extra` adds per-config `EXTRA_KEYS` arrays (one row per
-    config), which readers of the published format ignore.
-    """
-    path = Path(path)
+def _archive_arrays(path: str | Path, graph: Graph,
+                    extra: Mapping[str, np.ndarray] | None) -> dict[str, np.ndarray]:
+    """The published keys of `graph` plus the `extra` per-config arrays, checked."""
     validate_graph(graph, path, deep=False)
     keys = TILE_KEYS if graph.kind == "tile" else LAYOUT_KEYS
     arrays = {k: np.asarray(getattr(graph, k)) for k in keys}
@@ -265,6 +260,28 @@ def write_graph(path: str | Path, graph: Graph, compress: bool = True,
             raise ValueError(f"{path}: extra key {key!r} {value.shape} is not one of "
                              f"{EXTRA_KEYS} with one row per config ({graph.num_configs})")
         arrays[key] = value
+    return arrays
+
+
+def write_graph(path: str | Path, graph: Graph, compress: bool = True,
+                extra: Mapping[str, np.ndarray] | None = None) -> Path:
+    """Write a graph in the published format, atomically (temp file, then rename).
+
+    `compress=False` stores members uncompressed so that readers can memory-map them
+    in place with no cache. `extra` adds per-config `EXTRA_KEYS` arrays (one row per
+    config), which readers of the published format ignore.
+    """
+    path = Path(path)
+    arrays = _archive_arrays(path, graph, extra)
     with atomic_open(path) as f:
         (np.savez_compressed if compress else np.savez)(f, **arrays)
     return path
+
+
+def graph_bytes(graph: Graph, extra: Mapping[str, np.ndarray] | None = None,
+                name: str = "graph") -> bytes:
+    """The compressed `.npz` that `write_graph` would write, in memory: how a graph
+    measured on another machine travels to the process that writes the collection."""
+    buffer = io.BytesIO()
+    np.savez_compressed(buffer, **_archive_arrays(name, graph, extra))
+    return buffer.getvalue()

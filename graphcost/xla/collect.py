@@ -9,8 +9,10 @@ Splits are drawn per program family, so no family is in two splits. Each graph's
 configs are sampled until it has `num_configs` distinct executables, compiled, and
 each executable is timed once in `protocol.rounds` interleaved rounds
 (graphcost.xla.prepare), either by one pinned worker per core that compiles and times
-its own graphs, or pipelined: every core compiles, one core times (graphcost.xla.pool).
-Every graph is written atomically and logged to `OUT/log.jsonl`;
+its own graphs, or pipelined: every core compiles, one core times (graphcost.xla.pool);
+or on a Ray cluster, by one pinned timing slot per core of every node
+(graphcost.xla.ray_pool). Whichever process measured it, every graph comes back to this
+one, which writes it atomically and logs it to `OUT/log.jsonl` (`record`);
 a restart skips graphs already written or logged as failed, so a killed run loses at
 most the graphs in progress. Each collection folder gets a `manifest.json` (command,
 machine, JAX version, counts, spread, the noise ceiling: mean per-graph τ between two
@@ -32,7 +34,7 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from graphcost.atomic import write_json
+from graphcost.atomic import atomic_open, write_json
 from graphcost.data.collection import SPLITS
 from graphcost.errors import UserError
 from graphcost.formats.records import Graph
@@ -65,15 +67,17 @@ def _failure(task: Task, spec: CollectSpec, status: str, error: str) -> dict[str
 
 def _finish(task: Task, spec: CollectSpec, graph: Graph | None, report: MeasureReport
             ) -> dict[str, Any]:
-    """Write a measured graph (when there is one) and summarise it for the log."""
-    from graphcost.formats.npz import write_graph
+    """Summarise a measured graph for the log, with the graph itself as `npz` bytes
+    (when there is one): the process that keeps the log writes it (`record`), so a
+    graph measured on another machine lands in the same collection."""
+    from graphcost.formats.npz import graph_bytes
 
     summary = report.summary()
     summary.update(task=asdict(task), path=str(task.path(spec.out)), finished=time.time(),
                    status="ok" if graph is not None else "failed",
-                   core=sorted(os.sched_getaffinity(0)))
+                   host=platform.node(), core=sorted(os.sched_getaffinity(0)))
     if graph is not None:
-        write_graph(task.path(spec.out), graph, extra=report.extra)
+        summary["npz"] = graph_bytes(graph, report.extra, str(task.path(spec.out)))
         summary["random_top5_score"] = random_pick_score(graph.config_runtime)
         summary["nodes"] = graph.num_nodes
         summary["configurable"] = (int(graph.node_config_ids.size)
@@ -140,6 +144,19 @@ def read_log(out: str | Path) -> dict[str, dict[str, Any]]:
     return entries
 
 
+def record(out: Path, summary: dict[str, Any]) -> dict[str, Any]:
+    """Write a finished graph's file (its `npz` bytes, atomically), then its log line:
+    the one place a collection's files are written, whichever process or machine
+    measured them. The summary without the bytes is returned."""
+    summary = dict(summary)
+    data = summary.pop("npz", None)
+    if data is not None:
+        with atomic_open(summary["path"]) as f:
+            f.write(data)
+    _append_log(out, summary)
+    return summary
+
+
 def _append_log(out: Path, summary: dict[str, Any]) -> None:
     """One JSON line per finished graph; a line cut off by a kill is left on its own."""
     path = out / "log.jsonl"
@@ -154,7 +171,7 @@ def _append_log(out: Path, summary: dict[str, Any]) -> None:
 
 def recovered_summary(task: Task, spec: CollectSpec) -> dict[str, Any]:
     """The log entry of a graph whose file was written but whose log line a kill cut
-    off (the worker writes the file, the parent then logs it): what the file tells,
+    off (`record` writes the file, then its line): what the file tells,
     marked `recovered`; its compile and timing seconds are lost (0)."""
     from graphcost.data.noise import file_noise_tau
     from graphcost.formats import read_graph
@@ -238,7 +255,7 @@ def collect(spec: CollectSpec, progress: Callable[[int, int], Callable[[dict], A
     tick = progress(len(tasks), skipped) if progress else None
 
     def on_done(summary: dict[str, Any]) -> None:
-        _append_log(out, summary)
+        summary = record(out, summary)
         ok = summary["status"] == "ok"
         counts["ok" if ok else "failed"] += 1
         counts["samples"] += summary["kept"] if ok else 0
@@ -250,7 +267,11 @@ def collect(spec: CollectSpec, progress: Callable[[int, int], Callable[[dict], A
 
     start = time.perf_counter()
     spec_d = spec_dict(spec)
-    if spec.pipeline:
+    if spec.ray is not None:
+        from graphcost.xla.ray_pool import run_ray
+
+        run_ray(todo, measure_task, spec_d, on_done, on_crash, spec.ray, spec.workers)
+    elif spec.pipeline:
         run_pool(todo, compile_task, spec_d, on_done, on_crash, time_task, spec.workers,
                  out / ".spool", spec.quiet_timing)
     else:

@@ -48,6 +48,9 @@ class CollectSpec:
     # pipeline with no measurable change in the noise ceiling (`graphcost bench collect`)
     pipeline: bool = False
     quiet_timing: bool = True  # pipeline: pause every compile worker while timing
+    # run on Ray (graphcost.xla.ray_pool): None = local processes, "local" = a Ray
+    # instance started here with this machine's cores, else a cluster's address
+    ray: str | None = None
 
     def __post_init__(self) -> None:
         bad = sorted(set(self.kinds) - set(KINDS))
@@ -58,6 +61,9 @@ class CollectSpec:
         if isinstance(self.protocol, dict):
             self.protocol = Protocol(**self.protocol)
         self.protocol.check()
+        if self.ray is not None and self.pipeline:
+            raise UserError("--pipeline is not available with --ray: on Ray each timing slot "
+                            "compiles and times its own graphs on its pinned core")
         if self.num_configs < 2:
             raise UserError(f"num_configs must be >= 2 (configs to rank), got {self.num_configs}")
 
@@ -165,7 +171,7 @@ def collection_name(kind: str) -> str:
 FORMAT = "graphcost-shard/1"
 PLAN_FILE = "shard.json"
 # spec fields that may differ between the machines of one collection
-LOCAL_FIELDS = ("out", "workers", "limit", "retry_failed", "shard")
+LOCAL_FIELDS = ("out", "workers", "limit", "retry_failed", "shard", "ray")
 
 
 def parse_shard(text: str) -> tuple[int, int]:
