@@ -147,8 +147,9 @@ def fit(model: Model, train_graphs: Sequence[Graph], valid_graphs: Sequence[Grap
             net.train()
             t0, seen_graphs, seen_configs, losses = time.perf_counter(), 0, 0, []
             order = epoch_order(rng, len(step), per_epoch, b, s.last_batch)
-            bar = tqdm(range(per_epoch), desc=f"{'head' if head else step.name} epoch "
-                       f"{epoch}/{s.epochs}", disable=not (s.progress and ctx.is_main),
+            label = (f"head epoch {epoch - main_end}/{step.head_epochs}" if head
+                     else f"{step.name} epoch {epoch}/{s.epochs}")  # each phase counts its own
+            bar = tqdm(range(per_epoch), desc=label, disable=not (s.progress and ctx.is_main),
                        leave=False)
             for i in bar:
                 loss, configs = step.loss(order[i], rng, epoch)
