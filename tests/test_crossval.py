@@ -134,7 +134,13 @@ def test_cli_prints_each_fold_and_the_overall_figure(tmp_path):
         assert f"fold {i}/3: training mlp" in result.output
         assert f"fold {i}/3: " in result.output and "held-out graphs scored, tile score" \
             in result.output
-    assert "10 graphs, each scored once" in result.output
+    assert "3-fold leave-family-out: 10 graphs, each scored once by the model that never " \
+        "saw its family" in result.output
+    graphs = CliRunner().invoke(main, ["crossval", str(data), "--folds", "3", "--model", "mlp",
+                                       "--group", "graph", *FAST])
+    assert graphs.exit_code == 0, graphs.output
+    assert "3-fold leave-graph-out: 10 graphs, each scored once by the model that never saw " \
+        "the graph" in graphs.output and "never saw its family" not in graphs.output
     saved = json.loads(out.read_text())
     assert saved["kind"] == "tile" and len(saved["fold_results"]) == 3
     assert f"tile score {saved['overall']['score']['mean']:.4f}" in result.output

@@ -173,9 +173,12 @@ def format_fold_result(row: dict, folds: int, kind: str) -> str:
 def format_overall(result: dict) -> str:
     """The overall means with their 95% intervals (the fold lines come from `log`)."""
     kind, k = result["kind"], result["folds"]
-    lines = [f"{result['collection']} {result['model']}, {k}-fold leave-family-out: "
-             f"{len(result['graphs'])} graphs, each scored once by the model that never "
-             f"saw its family; mean [95% interval]:",
+    how = ("leave-family-out", "never saw its family")
+    if result.get("group") == "graph":  # the held-out graph's family is in training
+        how = ("leave-graph-out", "never saw the graph")
+    lines = [f"{result['collection']} {result['model']}, {k}-fold {how[0]}: "
+             f"{len(result['graphs'])} graphs, each scored once by the model that "
+             f"{how[1]}; mean [95% interval]:",
              f"  {_figures(result['overall'], kind)}",
              f"  OPA {MeanCI(**result['overall']['opa'])}"]
     if result["skipped"]:
