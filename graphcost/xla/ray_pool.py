@@ -46,6 +46,11 @@ def node_resources(cores: Sequence[int] | None = None) -> dict[str, float]:
     return {f"{RESOURCE}{c}": 1.0 for c in sorted(cores or os.sched_getaffinity(0))}
 
 
+def _core(resource: str) -> int:
+    """The core a timing slot's resource names (`graphcost_core_3` → 3)."""
+    return int(resource.removeprefix(RESOURCE))
+
+
 def _import_ray() -> Any:
     try:
         import ray
@@ -104,7 +109,7 @@ def timing_slots(ray: Any, workers: int = 0) -> list[str]:
     offers it); the first `workers` of them when `workers` > 0."""
     total = ray.cluster_resources()
     names = sorted((k for k in total if k.startswith(RESOURCE)),
-                   key=lambda k: int(k[len(RESOURCE):]))
+                   key=_core)
     slots = [n for n in names for _ in range(int(total[n]))]
     if not slots:
         raise UserError("the Ray cluster offers no timing slots: start every node with "
@@ -139,7 +144,7 @@ def run_ray(tasks: Sequence[Any], worker_fn: Callable[[Any, Any], Summary], cont
         names = timing_slots(ray, workers)[:len(tasks)]
         actor = ray.remote(Slot)
         slots = [actor.options(num_cpus=1, resources={n: 1}, max_restarts=-1,
-                               max_task_retries=0).remote(worker_fn, int(n[len(RESOURCE):]))
+                               max_task_retries=0).remote(worker_fn, _core(n))
                  for n in names]
         todo: deque[int] = deque(range(len(tasks)))
         attempts: Counter[int] = Counter()
