@@ -164,8 +164,9 @@ def autotune(fn: Callable, args: Sequence[Any], model: Any, *, name: str | None 
     if confirm_rounds < 2:
         raise UserError(f"confirm_rounds must be at least 2 (an interval needs two rounds), "
                         f"got {confirm_rounds}")
-    say = log or (lambda _msg: None)
     protocol = protocol or Protocol()
+    protocol.check()  # before the search, not when the first measurement fails
+    say = log or (lambda _msg: None)
     from graphcost.autotune.costmodel import CostModel, learn_while_measuring  # torch
     from graphcost.models.model import as_model
 

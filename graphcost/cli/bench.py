@@ -8,7 +8,7 @@ from typing import Any
 import click
 
 from graphcost.atomic import write_json
-from graphcost.cli.options import autotune_options, comma_list, json_option, pin
+from graphcost.cli.options import CORE, autotune_options, comma_list, json_option, pin
 
 
 @click.group()
@@ -170,7 +170,7 @@ def bench_autotune_cmd(model_path: str | None, data: str | None, kind: str, trai
 @click.option("--rounds", default=2, show_default=True, help="Rounds timing the pool.")
 @click.option("--confirm-rounds", default=5, show_default=True,
               help="Fresh rounds re-timing each strategy's choice and the pool's best.")
-@click.option("--core", type=int, default=None,
+@click.option("--core", type=CORE, default=None,
               help="Pin to this core (default: the first one allowed).")
 @click.option("--no-pin", is_flag=True, help="Do not pin (timings drift more).")
 @click.option("--seed", default=0, show_default=True)

@@ -11,7 +11,7 @@ from typing import Any
 
 import click
 
-from graphcost.cli.options import comma_list
+from graphcost.cli.options import CORE, comma_list
 
 
 def program_kwargs(per_family: int, families: Sequence[str] = ()) -> dict[str, Any]:
@@ -57,7 +57,7 @@ def _protocol_options(f: Callable) -> Callable:
                      help="Overwrite a buffer twice the last-level cache before each call.")(f)
     f = click.option("--max-run-s", default=0.25, show_default=True,
                      help="A config whose single run is slower fails.")(f)
-    f = click.option("--seed", default=0, show_default=True,
+    f = click.option("--seed", type=click.IntRange(min=0), default=0, show_default=True,
                      help="Seed of the config sampling and of the split assignment.")(f)
     return f
 
@@ -75,8 +75,9 @@ def _command_line() -> str:
               default="layout:random", show_default=True)
 @click.option("--programs", "source", default="graphcost.xla.programs:zoo", show_default=True,
               metavar="MODULE:FUNCTION", help="Where PROGRAM comes from.")
-@click.option("--per-family", default=4, show_default=True, help="Zoo programs per family.")
-@click.option("--core", type=int, default=None, help="Pin to this core (default: unpinned).")
+@click.option("--per-family", type=click.IntRange(min=1), default=4, show_default=True,
+              help="Zoo programs per family.")
+@click.option("--core", type=CORE, default=None, help="Pin to this core (default: unpinned).")
 @click.option("--out", type=click.Path(dir_okay=False), default=None, help="Write the graph.")
 @click.option("--check-options", is_flag=True, help="Also list which option knobs XLA accepts.")
 @_protocol_options
@@ -124,12 +125,15 @@ def measure(program: str, kind: str, source: str, per_family: int, core: int | N
 @click.argument("out", type=click.Path(file_okay=False))
 @click.option("--programs", "sources", multiple=True, metavar="MODULE:FUNCTION",
               help="Program sources (repeatable); default: the built-in zoo.")
-@click.option("--per-family", default=4, show_default=True, help="Zoo programs per family.")
+@click.option("--per-family", type=click.IntRange(min=1), default=4, show_default=True,
+              help="Zoo programs per family.")
 @click.option("--families", default=None, help="Comma-separated zoo families (default: all).")
 @click.option("--kinds", default="layout:random,layout:default,options", show_default=True,
               help="Comma-separated: layout:random, layout:default, options.")
-@click.option("--workers", default=0, show_default=True, help="Worker processes (0: one/core).")
-@click.option("--limit", default=0, show_default=True, help="Stop after N graphs (0: all).")
+@click.option("--workers", type=click.IntRange(min=0), default=0, show_default=True,
+              help="Worker processes (0: one/core).")
+@click.option("--limit", type=click.IntRange(min=0), default=0, show_default=True,
+              help="Stop after N graphs (0: all).")
 @click.option("--pipeline/--no-pipeline", default=False, show_default=True,
               help="Compile on every core while one pinned core only times (compiling "
                    "paused while it times); without: each core compiles and times its own "
@@ -156,6 +160,9 @@ def collect(out: str, sources: tuple[str, ...], per_family: int, families: str |
             max_run_s: float, seed: int) -> None:
     """Measure programs x configs into TpuGraphs collections under OUT (resumable: a
     rerun with the same options measures only what is not written yet).
+
+    Every graph that worked is written; exit 1 listing each graph that failed (this run
+    or logged by an earlier one and not retried) with its first error line.
 
     The bundled dataset and how it was made: graphcost/sample/README.md.
     """
@@ -209,6 +216,12 @@ def collect(out: str, sources: tuple[str, ...], per_family: int, families: str |
                    f"{m.get('runtime_max_over_min_median')}"
                    + (f"  noise ceiling τ {tau:.3f} [{ci[0]:.3f}, {ci[1]:.3f}]"
                       if tau is not None else ""))
+    for task, error in result.failures:
+        click.echo(f"FAILED {task.kind} {task.program}: {error}")
+    if result.failures:
+        click.echo(f"{len(result.failures)} graphs failed (whole errors: {out}/log.jsonl; "
+                   "--retry-failed measures them again)")
+        raise SystemExit(1)
 
 
 @click.command("merge")

@@ -13,6 +13,26 @@ def comma_list(value: str | None) -> list[str]:
     return [x.strip() for x in value.split(",") if x.strip()] if value else []
 
 
+class Core(click.ParamType):
+    """A core this process may use (`os.sched_getaffinity`): any other number is refused
+    while the command line is parsed, not by a traceback from `sched_setaffinity`."""
+
+    name = "core"
+
+    def convert(self, value: object, param: click.Parameter | None,
+                ctx: click.Context | None) -> int:
+        core = value if isinstance(value, int) else click.INT.convert(value, param, ctx)
+        allowed = sorted(os.sched_getaffinity(0))
+        if core not in allowed:
+            self.fail(f"{core} is not a core this process may use; allowed: "
+                      f"{', '.join(map(str, allowed))}", param, ctx)
+        return core
+
+
+#: the type of every `--core` option
+CORE = Core()
+
+
 def pin(core: int | None, no_pin: bool) -> int | None:
     """Pin this whole process (before JAX starts its threads), as the protocol wants.
 
@@ -43,16 +63,17 @@ def autotune_options(f: Callable) -> Callable:
     """Search and measurement options shared by `autotune` and `bench autotune`."""
     f = click.option("--k", default=5, show_default=True,
                      help="Measure the model's best K and K random configs (and the default).")(f)
-    f = click.option("--samples", default=1024, show_default=True,
+    f = click.option("--samples", type=click.IntRange(min=1), default=1024, show_default=True,
                      help="Configs sampled before searching.")(f)
-    f = click.option("--evaluations", default=4096, show_default=True,
+    f = click.option("--evaluations", type=click.IntRange(min=1), default=4096,
+                     show_default=True,
                      help="Model scores the search may spend (sample included).")(f)
     f = click.option("--runs", default=20, show_default=True, help="Timed rounds.")(f)
     f = click.option("--warmup", default=3, show_default=True, help="Untimed rounds first.")(f)
-    f = click.option("--core", type=int, default=None,
+    f = click.option("--core", type=CORE, default=None,
                      help="Pin to this core (default: the first one allowed).")(f)
     f = click.option("--no-pin", is_flag=True, help="Do not pin (timings drift more).")(f)
-    f = click.option("--seed", default=0, show_default=True)(f)
+    f = click.option("--seed", type=click.IntRange(min=0), default=0, show_default=True)(f)
     f = click.option("--confirm-rounds", default=5, show_default=True,
                      help="Fresh rounds re-timing the default, the chosen and the best "
                           "random config: the reported speed-ups and intervals.")(f)

@@ -46,6 +46,8 @@ class Protocol:
                              f"warmup={self.warmup}")
         if self.max_run_s <= 0:
             raise UserError(f"max_run_s must be > 0, got {self.max_run_s}")
+        if self.min_time_s < 0:
+            raise UserError(f"min_time_s must be >= 0, got {self.min_time_s}")
         if self.statistic not in STATISTICS:
             raise UserError(f"statistic must be one of {sorted(STATISTICS)}, "
                              f"got {self.statistic!r}")

@@ -64,8 +64,14 @@ class CollectSpec:
         if self.ray is not None and self.pipeline:
             raise UserError("--pipeline is not available with --ray: on Ray each timing slot "
                             "compiles and times its own graphs on its pinned core")
-        if self.num_configs < 2:
-            raise UserError(f"num_configs must be >= 2 (configs to rank), got {self.num_configs}")
+        check_num_configs(self.num_configs)
+
+
+def check_num_configs(num_configs: int) -> None:
+    """Refuse fewer than two configs per graph (`measure` and `collect`): nothing to rank."""
+    if num_configs < 2:
+        raise UserError(f"--configs (num_configs) must be >= 2 (configs to rank), "
+                        f"got {num_configs}")
 
 
 @dataclass(frozen=True)
