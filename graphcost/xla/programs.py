@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import importlib
 import inspect
+from collections import Counter
 from collections.abc import Callable, Sequence
 from typing import Any
 
@@ -86,21 +87,48 @@ def zoo(per_family: int = 4, seed: int = 0, families: Sequence[str] | None = Non
 def load_programs(spec: str, **kwargs: Any) -> list[Program]:
     """Programs from `module:function` (called with those `kwargs` it accepts).
 
-    The function returns `(name, callable, example_args)` entries; names must be unique.
+    The function returns a list of `(name, callable, example_args)` entries with unique
+    names. It is the user's code: a module that does not import, a function that is
+    missing, not callable, raises or returns anything else is a `UserError` naming
+    `spec` and what was expected, not a traceback from inside graphcost.
     """
     module_name, sep, attr = spec.partition(":")
     if not sep or not module_name or not attr:
         raise UserError(f"{spec!r}: expected MODULE:FUNCTION, e.g. 'graphcost.xla.programs:zoo'")
-    factory = getattr(importlib.import_module(module_name), attr)
-    params = inspect.signature(factory).parameters
-    made = factory(**{k: v for k, v in kwargs.items() if k in params})
+    try:
+        module = importlib.import_module(module_name)
+    except Exception as e:  # ImportError, or anything the module raises as it loads
+        raise UserError(f"{spec}: cannot import {module_name} "
+                        f"({type(e).__name__}: {e})") from e
+    factory = getattr(module, attr, None)
+    if factory is None:
+        raise UserError(f"{spec}: module {module_name} has no function {attr!r}")
+    if not callable(factory):
+        raise UserError(f"{spec}: expected a function returning a list of (name, callable, "
+                        f"example_args), found {type(factory).__name__} {factory!r:.60}")
+    try:
+        params = inspect.signature(factory).parameters
+    except (TypeError, ValueError):  # a callable with no signature (a builtin): no kwargs
+        params = {}
+    given = {k: v for k, v in kwargs.items() if k in params}
+    try:
+        made = factory(**given)
+    except Exception as e:
+        raise UserError(f"{spec} raised {type(e).__name__}: {e}") from e
+    if not isinstance(made, (list, tuple)):
+        raise UserError(f"{spec}: expected a list of (name, callable, example_args), "
+                        f"found {type(made).__name__} {made!r:.60}")
     out: list[Program] = []
-    for entry in made:
-        if not (isinstance(entry, tuple) and len(entry) == 3 and callable(entry[1])):
-            raise UserError(f"{spec}: entries must be (name, callable, example_args), "
-                             f"got {entry!r:.80}")
-        out.append((str(entry[0]), entry[1], tuple(entry[2])))
-    names = [n for n, _, _ in out]
-    if len(set(names)) != len(names):
-        raise UserError(f"{spec}: program names must be unique")
+    for i, entry in enumerate(made):
+        if not (isinstance(entry, (tuple, list)) and len(entry) == 3
+                and isinstance(entry[0], str) and callable(entry[1])
+                and isinstance(entry[2], (tuple, list))):
+            raise UserError(f"{spec}: entry {i} should be (name, callable, example_args), "
+                            f"found {entry!r:.80}")
+        out.append((entry[0], entry[1], tuple(entry[2])))
+    if not out:
+        raise UserError(f"{spec} returned no programs (called with {given})")
+    twice = sorted(n for n, count in Counter(n for n, _, _ in out).items() if count > 1)
+    if twice:
+        raise UserError(f"{spec}: program names must be unique, found {twice} more than once")
     return out
