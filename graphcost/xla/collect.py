@@ -28,7 +28,7 @@ import platform
 import sys
 import time
 from collections.abc import Callable
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -44,6 +44,7 @@ from graphcost.xla.plan import (
     KINDS,
     CollectSpec,
     Task,
+    check_num_configs,
     collection_dir,
     collection_name,
     find_program,
@@ -51,7 +52,7 @@ from graphcost.xla.plan import (
     spec_dict,
     take_shard,
 )
-from graphcost.xla.pool import run_pool
+from graphcost.xla.pool import run_pool, sigterm_raises
 from graphcost.xla.programs import family_of
 
 if TYPE_CHECKING:
@@ -76,13 +77,23 @@ def _finish(task: Task, spec: CollectSpec, graph: Graph | None, report: MeasureR
     summary.update(task=asdict(task), path=str(task.path(spec.out)), finished=time.time(),
                    status="ok" if graph is not None else "failed",
                    host=platform.node(), core=sorted(os.sched_getaffinity(0)))
-    if graph is not None:
+    if graph is None:
+        summary["error"] = _why_no_graph(report)
+    else:
         summary["npz"] = graph_bytes(graph, report.extra, str(task.path(spec.out)))
         summary["random_top5_score"] = random_pick_score(graph.config_runtime)
         summary["nodes"] = graph.num_nodes
         summary["configurable"] = (int(graph.node_config_ids.size)
                                    if graph.kind == "layout" else 0)
     return summary
+
+
+def _why_no_graph(report: MeasureReport) -> str:
+    """Why a measured program gave no graph: too few configs ran, and the first failure."""
+    causes = [f"config {i} {status}: {error}" for i, status, error in report.failed]
+    causes += [f"{r.status}: {r.error}" for r in report.timings.values() if not r.ok]
+    return (f"{report.kept} configs ran (a graph needs 2, an options graph its default)"
+            + (f"; first failure: {causes[0]}" if causes else ""))
 
 
 def _prepare(task: Task, spec: CollectSpec) -> tuple[Prepared, tuple]:
@@ -202,19 +213,19 @@ def log_unlogged(spec: CollectSpec, tasks: list[Task]) -> int:
     return len(missing)
 
 
+def logged_failures(spec: CollectSpec, tasks: list[Task]) -> dict[Task, dict[str, Any]]:
+    """The last log entry of each task with no written graph whose log says it failed
+    or crashed: what a rerun skips unless retrying, and what `collect` reports."""
+    logged = read_log(spec.out)
+    return {t: e for t in tasks if not t.path(spec.out).exists()
+            and (e := logged.get(str(t.path(spec.out)), {})).get("status") in ("failed",
+                                                                               "crashed")}
+
+
 def pending_tasks(spec: CollectSpec, tasks: list[Task]) -> list[Task]:
     """Tasks with no written graph (and, unless retrying, no logged failure)."""
-    logged = read_log(spec.out)
-    out = []
-    for t in tasks:
-        p = t.path(spec.out)
-        if p.exists():
-            continue
-        if not spec.retry_failed and logged.get(str(p), {}).get("status") in ("failed",
-                                                                             "crashed"):
-            continue
-        out.append(t)
-    return out
+    failed = {} if spec.retry_failed else logged_failures(spec, tasks)
+    return [t for t in tasks if not t.path(spec.out).exists() and t not in failed]
 
 
 @dataclass
@@ -228,6 +239,9 @@ class CollectResult:
     samples: int  # configs written by this run
     wall_s: float  # this run's measuring time
     manifests: dict[str, dict[str, Any]]  # collection name -> its manifest
+    # every graph of the plan that failed, in this run or logged by an earlier one and
+    # not retried: (task, the first line of its error)
+    failures: list[tuple[Task, str]] = field(default_factory=list)
 
     @property
     def samples_per_minute(self) -> float:
@@ -267,20 +281,23 @@ def collect(spec: CollectSpec, progress: Callable[[int, int], Callable[[dict], A
 
     start = time.perf_counter()
     spec_d = spec_dict(spec)
-    if spec.ray is not None:
-        from graphcost.xla.ray_pool import run_ray
+    with sigterm_raises():  # a `kill` ends the workers and keeps what they finished
+        if spec.ray is not None:
+            from graphcost.xla.ray_pool import run_ray
 
-        run_ray(todo, measure_task, spec_d, on_done, on_crash, spec.ray, spec.workers)
-    elif spec.pipeline:
-        run_pool(todo, compile_task, spec_d, on_done, on_crash, time_task, spec.workers,
-                 out / ".spool", spec.quiet_timing)
-    else:
-        run_pool(todo, measure_task, spec_d, on_done, on_crash, None, spec.workers)
+            run_ray(todo, measure_task, spec_d, on_done, on_crash, spec.ray, spec.workers)
+        elif spec.pipeline:
+            run_pool(todo, compile_task, spec_d, on_done, on_crash, time_task, spec.workers,
+                     out / ".spool", spec.quiet_timing)
+        else:
+            run_pool(todo, measure_task, spec_d, on_done, on_crash, None, spec.workers)
     wall = time.perf_counter() - start
     manifests = write_manifest(spec, tasks, command)
     remaining = len(pending_tasks(spec, tasks))
+    failures = [(t, ((e.get("error") or "").strip() or e["status"]).splitlines()[0])
+                for t, e in logged_failures(spec, tasks).items()]
     return CollectResult(counts["ok"], counts["failed"], skipped, remaining, counts["samples"],
-                         wall, manifests)
+                         wall, manifests, failures)
 
 
 def _machine() -> dict[str, Any]:
@@ -398,6 +415,7 @@ def measure_program(program: str, kind: str, source: str = DEFAULT_PROGRAMS,
 
     if kind not in KINDS:
         raise UserError(f"unknown kind {kind!r}; choose from {list(KINDS)}")
+    check_num_configs(num_configs)
     if core is not None:
         pin_to_core(core)
     fn, args = find_program(source, program_kwargs or {}, program)

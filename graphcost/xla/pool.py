@@ -11,18 +11,25 @@ caches and memory bandwidth with a timed call (at the cost of compile time).
 
 A worker function returns either bytes (a compiled task for the timer) or a finished
 summary. A worker or timer that dies (a crash inside XLA) fails its task through
-`on_crash` and is replaced; paused workers are always resumed.
+`on_crash` and is replaced; paused workers are always resumed. Workers die with this
+process (`_die_with_parent`), and an interrupted run (Ctrl-C, or SIGTERM inside
+`sigterm_raises`) first hands on every summary already sent, then kills its workers
+without waiting for the tasks in progress, which a resumed run does again.
 """
 
 from __future__ import annotations
 
+import ctypes
 import multiprocessing as mp
 import os
 import queue
 import shutil
 import signal
+import sys
+import threading
 from collections import deque
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
@@ -31,11 +38,66 @@ from graphcost.xla.measure import pin_to_core
 Summary = dict[str, Any]
 WorkerFn = Callable[[Any, Any], "bytes | Summary"]  # (task, context) -> bytes or summary
 TimerFn = Callable[[Any, Any, bytes], Summary]  # (task, context, compiled) -> summary
+PR_SET_PDEATHSIG = 1  # linux/prctl.h
+
+
+def _die_with_parent() -> None:
+    """Make this worker die when the process that started it dies, however it dies (a
+    SIGKILL included), instead of measuring on for minutes as an orphan; interrupts are
+    the parent's to handle (it ends its workers), so a Ctrl-C reaching the whole process
+    group does not print a traceback per worker."""
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
+    if sys.platform.startswith("linux"):
+        ctypes.CDLL(None, use_errno=True).prctl(PR_SET_PDEATHSIG, signal.SIGKILL)
+    parent = mp.parent_process()
+    if parent is not None and os.getppid() != parent.pid:  # it died before the prctl
+        os._exit(1)
+
+
+@contextmanager
+def sigterm_raises() -> Iterator[None]:
+    """In the block, SIGTERM raises SystemExit(143) in the main thread instead of ending
+    the process on the spot, so `finally` blocks run: `run_pool` hands on what its
+    workers finished and kills them, a local Ray instance is shut down."""
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+
+    def stop(signum: int, frame: Any) -> None:
+        raise SystemExit(128 + signum)
+
+    before = signal.signal(signal.SIGTERM, stop)
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGTERM, before)
+
+
+@contextmanager
+def _interrupts_held() -> Iterator[None]:
+    """Hold SIGINT and SIGTERM until the block ends, then raise the first as it would
+    have been raised: an interrupt lands between two messages, never in the middle of
+    reading one from a worker or of recording it. (Not a signal mask: another thread
+    would take the signal, and Python would run its handler here all the same.)"""
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+    held: list[int] = []
+    before = {s: signal.signal(s, lambda signum, frame: held.append(signum))
+              for s in (signal.SIGINT, signal.SIGTERM)}
+    try:
+        yield
+    finally:
+        for s, handler in before.items():
+            signal.signal(s, handler)
+        if held:
+            signal.raise_signal(held[0])
 
 
 def _worker(core: int, fn: WorkerFn, context: Any, inbox: mp.Queue, results: mp.Queue,
             wid: int, spool: str) -> None:
     """Pin to `core`, then run `fn` on tasks until a None arrives."""
+    _die_with_parent()
     pin_to_core(core)
     while (item := inbox.get()) is not None:
         index, task = item
@@ -58,6 +120,7 @@ def _signal(pids: Sequence[int], sig: int) -> None:
 
 def _timer(core: int, fn: TimerFn, context: Any, inbox: mp.Queue, results: mp.Queue) -> None:
     """Pin to `core`; time each compiled task with the workers in `pause` stopped."""
+    _die_with_parent()
     pin_to_core(core)
     while (item := inbox.get()) is not None:
         index, task, path, pause = item
@@ -123,40 +186,62 @@ def run_pool(tasks: Sequence[Any], worker_fn: WorkerFn, context: Any,
         return [procs[w].pid for w in procs
                 if w != "timer" and (quiet or cores[w % len(cores)] == timer_core)]
 
+    def hand_on(msg: tuple) -> None:
+        """A worker's message: a finished summary goes to `on_done`, a compiled task
+        waits for the timer."""
+        if holding.get(msg[1]) != msg[2]:
+            return
+        holding[msg[1]] = None
+        if msg[0] == "compiled":
+            ready.append((msg[2], msg[3]))
+        else:
+            finish(msg[3])
+
+    def step() -> None:
+        """Deal tasks, hand on one message (waiting up to 0.5 s), replace dead workers."""
+        nonlocal next_task
+        for w in range(n):
+            if holding[w] is None and next_task < len(tasks) and len(ready) <= 2 * n:
+                inboxes[w].put((next_task, tasks[next_task]))
+                holding[w], next_task = next_task, next_task + 1
+        if "timer" in procs and holding["timer"] is None and ready:
+            index, path = ready.popleft()
+            inboxes["timer"].put((index, tasks[index], path, to_pause()))
+            holding["timer"] = index
+        try:
+            hand_on(results.get(timeout=0.5))
+        except queue.Empty:
+            pass
+        for w, p in list(procs.items()):
+            if p.is_alive() or holding[w] is None:
+                continue
+            task = tasks[holding[w]]
+            holding[w] = None
+            if w == "timer":
+                _signal([q.pid for q in procs.values()], signal.SIGCONT)
+            finish(on_crash(task, f"{'timer' if w == 'timer' else 'worker'} died "
+                                  f"(exit code {p.exitcode})"))
+            start(w)
+
     try:
         while done < len(tasks):
-            for w in range(n):
-                if holding[w] is None and next_task < len(tasks) and len(ready) <= 2 * n:
-                    inboxes[w].put((next_task, tasks[next_task]))
-                    holding[w], next_task = next_task, next_task + 1
-            if "timer" in procs and holding["timer"] is None and ready:
-                index, path = ready.popleft()
-                inboxes["timer"].put((index, tasks[index], path, to_pause()))
-                holding["timer"] = index
-            try:
-                msg = results.get(timeout=0.5)
-            except queue.Empty:
-                msg = None
-            if msg is not None and holding.get(msg[1]) == msg[2]:
-                holding[msg[1]] = None
-                if msg[0] == "compiled":
-                    ready.append((msg[2], msg[3]))
-                else:
-                    finish(msg[3])
-            for w, p in list(procs.items()):
-                if p.is_alive() or holding[w] is None:
-                    continue
-                task = tasks[holding[w]]
-                holding[w] = None
-                if w == "timer":
-                    _signal([q.pid for q in procs.values()], signal.SIGCONT)
-                finish(on_crash(task, f"{'timer' if w == 'timer' else 'worker'} died "
-                                      f"(exit code {p.exitcode})"))
-                start(w)
+            with _interrupts_held():
+                step()
+    except (KeyboardInterrupt, SystemExit):  # interrupted: keep what is finished already
+        with _interrupts_held():
+            while True:
+                try:
+                    hand_on(results.get_nowait())
+                except queue.Empty:
+                    break
+        raise
     finally:
         _signal([p.pid for p in procs.values() if p.pid], signal.SIGCONT)
-        for w in procs:
-            inboxes[w].put(None)
+        for w, p in procs.items():
+            if done < len(tasks):  # interrupted or failed: end the tasks in progress now
+                p.kill()
+            else:
+                inboxes[w].put(None)
         for p in procs.values():
             p.join(timeout=10)
             if p.is_alive():
