@@ -62,7 +62,12 @@ def validate(paths: tuple[str, ...]) -> None:
 @click.argument("out_dir", type=click.Path(file_okay=False))
 @click.option("--store", is_flag=True, help="Write uncompressed (memory-mappable) .npz.")
 def convert(inputs: tuple[str, ...], out_dir: str, store: bool) -> None:
-    """Convert TPU tuning records (.pb) to OUT_DIR/{tile,layout}/*.npz; exit 1 on bad records."""
+    """Convert TPU tuning records (.pb) to OUT_DIR/{tile,layout}/*.npz; exit 1 on bad records.
+
+    Graphs are named after their input's file name (a/x.pb gives x.npz, a file of
+    several records x.NNN.MODULE.npz), so two inputs with the same file name are refused
+    (exit 2, before converting anything): convert them into separate OUT_DIRs.
+    """
     from graphcost.formats.tuning import DROP_RULES, convert_files
 
     bad = 0

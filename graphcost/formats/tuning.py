@@ -21,6 +21,7 @@ from pathlib import Path
 import numpy as np
 from google.protobuf.message import DecodeError
 
+from graphcost.errors import UserError
 from graphcost.formats import hlo_proto as pb
 from graphcost.formats.errors import GraphFileError
 from graphcost.formats.hlo import HloGraph, module_to_graph
@@ -310,8 +311,20 @@ def _convert_record(path: Path, key: str, raw: bytes, name: str,
 
 def convert_files(inputs: list[str | Path], out_dir: str | Path,
                   compress: bool = True) -> list[ConvertReport]:
-    """Convert tuning files and write each graph to `out_dir/{tile,layout}/NAME.npz`."""
+    """Convert tuning files and write each graph to `out_dir/{tile,layout}/NAME.npz`.
+
+    Graphs are named after their input's file name (`a/x.pb` gives `x.npz`), so two
+    inputs with the same file name are refused before anything is converted: the second
+    would overwrite the first's graphs.
+    """
     out_dir = Path(out_dir)
+    first: dict[str, Path] = {}
+    for src in map(Path, inputs):
+        other = first.setdefault(_safe_name(src.stem), src)
+        if other != src:
+            raise UserError(f"{other} and {src} would both write graphs named "
+                            f"{_safe_name(src.stem)!r} under {out_dir}: convert them into "
+                            "separate output folders, or rename one")
     reports = []
     for src in inputs:
         report = convert_tuning_file(src)
