@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import errno
 import json
 import os
 import tempfile
@@ -11,6 +12,9 @@ from pathlib import Path
 from typing import IO, Any
 
 from graphcost.errors import UserError
+
+#: a full disk or quota: `atomic_open` turns these into a UserError naming the file
+FULL = (errno.ENOSPC, errno.EDQUOT)
 
 
 @contextmanager
@@ -33,10 +37,21 @@ def atomic_open(path: str | Path, mode: str = "wb", **kwargs) -> Iterator[IO]:
         os.umask(umask)
         os.chmod(tmp, 0o666 & ~umask)
         os.replace(tmp, path)
-    except BaseException:
+    except BaseException as e:
         if os.path.exists(tmp):
             os.unlink(tmp)
+        if isinstance(e, OSError) and e.errno in FULL:  # the user's to fix, not a bug
+            left = "it is left as it was" if path.exists() else "nothing was written"
+            raise UserError(f"{path}: cannot write it: {e.strerror or e} (the disk or quota "
+                            f"is full); {left}") from None
         raise
+
+
+def write_text(text: str, path: str | Path) -> Path:
+    """Write `text` atomically (a log rewritten whole, never appended to in place)."""
+    with atomic_open(path, "w") as f:
+        f.write(text)
+    return Path(path)
 
 
 def write_json(obj: Any, path: str | Path) -> Path:

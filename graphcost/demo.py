@@ -136,7 +136,8 @@ def run_demo(out_dir: str | Path = "runs/demo", data: str | Path | None = None,
             run = out / "runs" / coll.name.replace(":", "_") / name
             log(f"== {coll.name}: training {name} "
                 f"({len(coll.files('train'))} train graphs) -> {run}")
-            train_model(coll.root, name, run, fit_collection(s.train_settings(name), coll, log))
+            train_model(coll.root, name, run, fit_collection(s.train_settings(name), coll, log),
+                        overwrite=True)  # a rerun of the demo replaces its runs
             results.append(evaluate_run(run, coll.root, "test", s.scatter_graphs))
     seconds = time.perf_counter() - t0
     rows_note = (f"Bundled dataset at {root}; test split; {seconds:.0f} s on this machine. "

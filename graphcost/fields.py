@@ -25,12 +25,18 @@ from graphcost.errors import SettingsError
 Rule = tuple[Callable[[Any], bool], str]
 POSITIVE: Rule = (lambda v: v > 0, "greater than 0")
 AT_LEAST_1: Rule = (lambda v: v >= 1, "at least 1")
+AT_LEAST_2: Rule = (lambda v: v >= 2, "at least 2 (configs are ranked against each other)")
 NON_NEGATIVE: Rule = (lambda v: v >= 0, "at least 0")
 AT_LEAST_MINUS_1: Rule = (lambda v: v >= -1, "at least -1 (-1: the default)")
 FRACTION: Rule = (lambda v: 0 <= v < 1, "in [0, 1)")
 UNIT: Rule = (lambda v: 0 < v <= 1, "in (0, 1]")
 
 _TRUE, _FALSE = {"true", "1", "yes", "on"}, {"false", "0", "no", "off"}
+
+
+def off_or_at_least(n: int) -> Rule:
+    """A rule for a cap where 0 means none and a small value means nothing useful."""
+    return (lambda v: v == 0 or v >= n, f"0 (no cap) or at least {n}")
 
 
 def one_of(*choices: str) -> Rule:

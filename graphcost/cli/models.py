@@ -5,11 +5,28 @@ from __future__ import annotations
 from pathlib import Path
 
 import click
+from click.core import ParameterSource
 
 from graphcost.cli.options import json_option
 
+
+def _usable_device(ctx: click.Context, param: click.Parameter, value: str) -> str:
+    if value != "cpu":  # refused while the command line is parsed, before any work
+        from graphcost.models.model import check_device
+
+        check_device(value)
+    return value
+
+
 _device_option = click.option("--device", type=click.Choice(["cpu", "cuda"]), default="cpu",
-                              show_default=True)
+                              show_default=True, callback=_usable_device)
+
+
+def _given(ctx: click.Context, **values: object) -> dict[str, object]:
+    """The options among `values` that the user gave (not their defaults): settings that
+    a `--set` of the same key must agree with."""
+    return {k: v for k, v in values.items()
+            if v is not None and ctx.get_parameter_source(k) != ParameterSource.DEFAULT}
 
 
 class _TrainCommand(click.Command):
@@ -28,8 +45,12 @@ class _TrainCommand(click.Command):
 @click.argument("data", type=click.Path(exists=True))
 @click.option("--model", "model_name", default="ranker", show_default=True,
               help="ranker, or a baseline: sage-early, sage-late, mlp (tile), resgcn (layout)")
-@click.option("--out", "out_dir", required=True, type=click.Path(), help="run directory")
+@click.option("--out", "out_dir", required=True, type=click.Path(),
+              help="run directory: held by one run at a time; a run already there is "
+                   "refused unless --resume or --overwrite")
 @click.option("--resume", is_flag=True, help="continue from OUT/last.pt")
+@click.option("--overwrite", is_flag=True,
+              help="replace the run already in OUT (its model, checkpoints and metrics)")
 @_device_option
 @click.option("--seed", type=int, default=0, show_default=True)
 @click.option("--epochs", type=int, default=None)
@@ -38,20 +59,25 @@ class _TrainCommand(click.Command):
 @click.option("--nproc", type=click.IntRange(min=1), default=1, show_default=True,
               help="data-parallel processes on this machine (DDP via torchrun; with --device "
                    "cuda one per GPU); the global batch stays graphs_per_batch")
-def train_cmd(data: str, model_name: str, out_dir: str, resume: bool, device: str, seed: int,
-              epochs: int | None, sets: tuple[str, ...], nproc: int) -> None:
+def train_cmd(data: str, model_name: str, out_dir: str, resume: bool, overwrite: bool,
+              device: str, seed: int, epochs: int | None, sets: tuple[str, ...],
+              nproc: int) -> None:
     """Train a ranking model on a collection (its train split; valid for early stopping)."""
     from graphcost.atomic import check_writable
     from graphcost.train.distributed import is_main_process, launch
     from graphcost.train.run import train_model
     from graphcost.train.settings import parse_settings
 
-    fixed = {"device": device, "seed": seed, **({} if epochs is None else {"epochs": epochs})}
-    settings, model_kw = parse_settings(sets, model_name, **fixed)  # refused before any work
+    if resume and overwrite:
+        raise click.UsageError("--resume continues the run in OUT, --overwrite replaces it: "
+                               "give one")
+    given = _given(click.get_current_context(), device=device, seed=seed, epochs=epochs)
+    settings, model_kw = parse_settings(sets, model_name, **given)  # refused before any work
     check_writable(out_dir, folder=True)
     if nproc > 1:  # the same command in nproc processes, under torchrun
-        args = ["train", data, "--model", model_name, "--out", out_dir, "--device", device,
-                "--seed", str(seed), *(["--resume"] if resume else []),
+        args = ["train", data, "--model", model_name, "--out", out_dir,
+                "--device", settings.device, "--seed", str(settings.seed),
+                *(["--resume"] if resume else []), *(["--overwrite"] if overwrite else []),
                 *(["--epochs", str(epochs)] if epochs is not None else []),
                 *(a for s in sets for a in ("--set", s))]
         try:
@@ -61,7 +87,7 @@ def train_cmd(data: str, model_name: str, out_dir: str, resume: bool, device: st
         raise SystemExit(code)
     if resume and is_main_process() and not (Path(out_dir) / "last.pt").exists():
         click.echo(f"--resume: no {Path(out_dir) / 'last.pt'} yet, so a new run starts")
-    _, result = train_model(data, model_name, out_dir, settings, model_kw, resume)
+    _, result = train_model(data, model_name, out_dir, settings, model_kw, resume, overwrite)
     if is_main_process():  # under torchrun: one summary, from rank 0
         if result.get("early_stop") and not settings.progress:  # fit printed it otherwise
             click.echo(result["early_stop"])
@@ -75,7 +101,7 @@ def train_cmd(data: str, model_name: str, out_dir: str, resume: bool, device: st
 @click.option("--split", default=None,
               help="the split to score [default: test when it has runtimes, else valid]")
 @click.option("--max-configs", type=click.IntRange(min=0), default=0,
-              help="score a fixed subset per graph (0: all)")
+              help="score a fixed subset per graph (0: all; else at least 2)")
 @click.option("--eval-indices", type=click.Path(exists=True, dir_okay=False), default=None,
               help="score only these configs: JSON {graph: [config ids]}, as the official "
                    "baselines/layout/eval_indices/*.json (for the valid split)")
@@ -87,6 +113,9 @@ def evaluate_cmd(model: str, data: str, split: str | None, max_configs: int,
     from graphcost.atomic import write_json
     from graphcost.eval.evaluate import evaluate_model, format_report, load_eval_indices
 
+    if max_configs == 1:  # one config has no order: every τ would be NaN
+        raise click.BadParameter("1 config per graph has no order to score; give 0 (all) "
+                                 "or at least 2", param_hint="--max-configs")
     if eval_indices and max_configs:
         raise click.UsageError("--eval-indices and --max-configs both choose the configs: "
                                "give one")
@@ -163,10 +192,11 @@ def crossval_cmd(data: str, folds: int, model_name: str, sets: tuple[str, ...],
     from graphcost.eval.crossval import crossvalidate, format_overall
     from graphcost.train.settings import parse_settings
 
-    fixed = {"device": device, "seed": seed, "progress": verbose,
-             **({} if epochs is None else {"epochs": epochs})}
-    settings, model_kw = parse_settings(sets, model_name, **fixed)  # a bad --set: UserError, exit 2
-    result = crossvalidate(data, model_name, folds, settings, model_kw, out_dir, seed,
+    given = _given(click.get_current_context(), device=device, seed=seed, epochs=epochs)
+    settings, model_kw = parse_settings(sets, model_name, {"progress": verbose},
+                                        **given)  # a bad --set: UserError, exit 2
+    result = crossvalidate(data, model_name, folds, settings, model_kw, out_dir,
+                           settings.seed,  # --seed, or --set seed=: it seeds the folds too
                            valid_fraction, group, log=click.echo)
     click.echo(format_overall(result))
     if json_path:

@@ -125,7 +125,8 @@ def crossvalidate(data: str | Path, model: str = "ranker", folds: int = 5,
         for fold in plan:
             say(format_fold_start(fold, folds, model))
             run_dir = root / f"fold-{fold.index}"
-            m, trained = train_model(fold.collection, model, run_dir, s, model_settings)
+            m, trained = train_model(fold.collection, model, run_dir, s, model_settings,
+                                     overwrite=True)  # a rerun replaces its folds
             report = evaluate_model(m, fold.collection, "test", chunk_size=s.chunk_size,
                                     device=s.device)
             for name, row in report["graphs"].items():

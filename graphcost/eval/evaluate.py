@@ -69,6 +69,12 @@ def load_eval_indices(path: str | Path) -> dict[str, np.ndarray]:
     if not isinstance(raw, dict) or not all(
             isinstance(v, list) and all(isinstance(i, int) for i in v) for v in raw.values()):
         raise UserError(f"{path}: expected a JSON object of graph name -> list of config ids")
+    if not raw:
+        raise UserError(f"{path}: names no graph; expected graph name -> list of config ids")
+    for name, ids in raw.items():  # fewer than 2 configs have no order: a NaN τ
+        if len(set(ids)) < 2:
+            raise UserError(f"{path}: graph {name!r} lists {len(set(ids))} distinct config "
+                            "ids; ranking needs at least 2")
     return {name: np.asarray(ids, dtype=np.int64) for name, ids in raw.items()}
 
 

@@ -8,6 +8,8 @@ losses, so graphs of very different runtimes weigh the same.
 
 from __future__ import annotations
 
+import math
+
 import torch
 from torch import Tensor
 
@@ -95,13 +97,27 @@ LOSSES = {"hinge": pairwise_hinge, "listmle": listmle, "mse": mse, "tf-listmle":
 
 
 def parse_loss(spec: str) -> dict[str, float]:
-    """'hinge' or a weighted mix 'hinge:1,listmle:0.5' → {name: weight}."""
+    """'hinge' or a weighted mix 'hinge:1,listmle:0.5' → {name: weight}.
+
+    A weight must be a finite number ≥ 0 and at least one > 0: a negative weight
+    would train the model to rank backwards, all zeros to learn nothing."""
     weights: dict[str, float] = {}
     for part in spec.replace(" ", "").split(","):
         name, _, w = part.partition(":")
         if name not in LOSSES:
             raise ValueError(f"unknown loss '{name}' in '{spec}'; known: {sorted(LOSSES)}")
-        weights[name] = float(w) if w else 1.0
+        if name in weights:
+            raise ValueError(f"loss '{name}' appears twice in '{spec}'")
+        try:
+            weights[name] = float(w) if w else 1.0
+        except ValueError:
+            raise ValueError(f"the weight of '{name}' in '{spec}' must be a number, "
+                             f"got '{w}'") from None
+        if not (math.isfinite(weights[name]) and weights[name] >= 0):
+            raise ValueError(f"the weight of '{name}' in '{spec}' must be a finite number "
+                             f"≥ 0 (a negative one ranks backwards), got {w}")
+    if not any(weights.values()):
+        raise ValueError(f"the weights in '{spec}' are all 0: nothing would be learned")
     return weights
 
 

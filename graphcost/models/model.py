@@ -30,6 +30,8 @@ from graphcost.models.official_tile import TileGNN, TileGNNSettings, TileMLP, Ti
 from graphcost.models.ranker import Ranker, RankerSettings
 
 FORMAT = "graphcost-model/1"
+#: what a saved model holds besides its format (`Model.state`)
+MODEL_KEYS = ("name", "kind", "settings", "transform", "state_dict")
 
 
 @dataclass(frozen=True)
@@ -187,6 +189,11 @@ class Model:
         if state.get("format") != FORMAT:
             raise UserError(f"not a graphcost model (format {state.get('format')!r}, "
                             f"expected {FORMAT!r})")
+        require_keys(state, MODEL_KEYS, "a graphcost model")
+        for key in ("settings", "transform", "state_dict"):
+            if not isinstance(state[key], dict):
+                raise UserError(f"not a graphcost model: its {key!r} is a "
+                                f"{type(state[key]).__name__}, not a dict")
         if state.get("name") not in MODELS:
             raise UserError(f"a model of unknown name {state.get('name')!r}; this graphcost "
                             f"knows {', '.join(MODELS)}")
@@ -195,7 +202,12 @@ class Model:
         settings = fields.build(spec.settings, saved,
                                 what=f"{state['name']} setting in the checkpoint")
         model = cls(state["name"], state["kind"], settings)
-        model.build(FeatureTransform.from_dict(state["transform"]))
+        try:
+            transform = FeatureTransform.from_dict(state["transform"])
+        except (KeyError, TypeError, ValueError) as e:
+            raise UserError(f"its feature transform is damaged ({type(e).__name__}: {e})") \
+                from None
+        model.build(transform)
         assert model.net is not None
         try:
             model.net.load_state_dict(state["state_dict"])
@@ -204,7 +216,7 @@ class Model:
             raise UserError(f"the weights do not fit model {state['name']} as this graphcost "
                             f"builds it (written by graphcost {state.get('version', '?')}): "
                             f"{first}") from None
-        model.net.to(device)
+        model.net.to(check_device(device))
         return model
 
     def save(self, path: str | Path) -> Path:
@@ -240,6 +252,7 @@ def load_checkpoint(path: str | Path) -> dict:
     if not zipfile.is_zipfile(path):  # torch.save's format since PyTorch 1.6
         raise UserError(f"{path}: not a PyTorch checkpoint (expected the zip archive "
                         "torch.save writes)")
+    check_archive(path)
     try:
         state = torch.load(Path(path), map_location="cpu", weights_only=True)
     except pickle.UnpicklingError as e:
@@ -251,6 +264,46 @@ def load_checkpoint(path: str | Path) -> dict:
     if not isinstance(state, dict):
         raise UserError(f"{path}: not a graphcost checkpoint (a {type(state).__name__})")
     return state
+
+
+def check_archive(path: str | Path) -> None:
+    """Refuse a checkpoint whose bytes changed after torch.save wrote them: torch.load
+    does not check the zip's CRCs, so a flipped bit in a tensor would load as other
+    weights and rank differently without a word."""
+    try:
+        with zipfile.ZipFile(path) as z:
+            bad = z.testzip()
+    except (zipfile.BadZipFile, OSError, EOFError, ValueError) as e:
+        raise UserError(f"{path}: a damaged checkpoint archive ({e})") from None
+    if bad is not None:
+        raise UserError(f"{path}: damaged: its member {bad} fails its CRC check (the file "
+                        "changed after it was written); restore or retrain it")
+
+
+def require_keys(state: dict, keys: Iterable[str], what: str) -> None:
+    """Refuse a checkpoint dict that lacks a key the caller reads, naming the first."""
+    missing = [k for k in keys if k not in state]
+    if missing:
+        raise UserError(f"not {what}: it has no {missing[0]!r} (needs {', '.join(keys)}; "
+                        f"has {', '.join(map(str, state)) or 'nothing'})")
+
+
+def check_device(device: str | torch.device) -> torch.device:
+    """The torch device `device` names, refused (a SettingsError, before any work) when
+    this machine cannot run on it: CUDA without a GPU would end in torch's traceback."""
+    try:
+        dev = torch.device(device)
+    except RuntimeError:
+        raise SettingsError(f"device {str(device)!r}: not a device (cpu, cuda or cuda:N)") \
+            from None
+    if dev.type == "cuda" and not torch.cuda.is_available():
+        build = "" if torch.version.cuda else ", a build without CUDA"
+        raise SettingsError(f"device {str(device)!r}: CUDA is not available on this machine "
+                            f"(torch {torch.__version__}{build}); use cpu")
+    if dev.type == "cuda" and (dev.index or 0) >= torch.cuda.device_count():
+        raise SettingsError(f"device {str(device)!r}: this machine has "
+                            f"{torch.cuda.device_count()} CUDA devices")
+    return dev
 
 
 def load_model(path: str | Path, device: str | torch.device = "cpu") -> Model:

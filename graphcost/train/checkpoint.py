@@ -3,15 +3,25 @@
 from __future__ import annotations
 
 import copy
+import dataclasses
+import hashlib
 import math
 import random
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import torch
 
-from graphcost.models.model import Model, atomic_save
+from graphcost.errors import UserError
+from graphcost.formats import Graph
+from graphcost.models.model import Model, atomic_save, require_keys
+
+#: what `fit` reads from `last.pt` to resume a run
+RESUME_KEYS = ("model", "optimizer", "scheduler", "rng", "epoch", "best_score", "best_epoch",
+               "bad", "best_state", "history", "main_end", "before_head")
 
 
 def seed_everything(seed: int) -> np.random.Generator:
@@ -68,3 +78,49 @@ class BestSoFar:
     @classmethod
     def from_checkpoint(cls, ckpt: dict) -> BestSoFar:
         return cls(ckpt["best_score"], ckpt["best_epoch"], ckpt["bad"], ckpt["best_state"])
+
+
+def trained_on(train: Sequence[Graph], valid: Sequence[Graph] | None,
+               record: Mapping[str, Any] | None = None) -> dict[str, Any]:
+    """What a run trains on, as `last.pt` records it: the collection's path and name
+    (`data` and `collection` of the run's `record`, when known) and a fingerprint of its
+    train and valid graph names."""
+    names = [g.name for g in train], [g.name for g in valid or []]
+    digest = hashlib.sha256(repr(tuple(sorted(n) for n in names)).encode()).hexdigest()
+    known = {k: record[k] for k in ("data", "collection") if record and k in record}
+    return {**known, "train": len(names[0]), "valid": len(names[1]), "graphs": digest[:16]}
+
+
+def check_resume(ckpt: dict, path: Path, model: Model, data: Mapping[str, Any]) -> None:
+    """Refuse to resume from `path` a run that cannot continue here, naming what differs:
+    a missing key, another model or other model settings (its weights would not fit),
+    or other graphs (it would go on training on another collection)."""
+    try:
+        require_keys(ckpt, RESUME_KEYS, "a training checkpoint (last.pt)")
+        previous = Model.from_state(ckpt["model"])
+    except UserError as e:
+        raise UserError(f"{path}: {e}") from None
+    if (previous.name, previous.kind) != (model.name, model.kind):
+        raise UserError(f"{path}: the run trains a {previous.kind} {previous.name} model, this "
+                        f"command a {model.kind} {model.name}: resume with --model "
+                        f"{previous.name}, or train into another --out")
+    theirs, ours = dataclasses.asdict(previous.settings), dataclasses.asdict(model.settings)
+    differ = [k for k in theirs if theirs[k] != ours[k]]
+    if differ:
+        raise UserError(
+            f"{path}: the run's model settings differ from this command's: "
+            + ", ".join(f"{k} is {theirs[k]!r} in the run, {ours[k]!r} here" for k in differ)
+            + "; resume with the run's settings, or train into another --out")
+    before = ckpt.get("trained_on")  # absent in runs of older graphcost versions
+    if before is not None and any(before.get(k) != data.get(k)
+                                  for k in ("collection", "graphs")):
+        raise UserError(f"{path}: the run trained on {_described(before)}; this command "
+                        f"gives {_described(data)}: resume on the run's collection, or "
+                        "train into another --out")
+
+
+def _described(data: Mapping[str, Any]) -> str:
+    where = f"{data.get('collection', 'graphs')} at {data['data']}" if "data" in data \
+        else data.get("collection", "graphs")
+    return (f"{where} ({data.get('train')} train, {data.get('valid')} valid graphs, "
+            f"names fingerprint {data.get('graphs')})")

@@ -23,19 +23,28 @@ from __future__ import annotations
 import dataclasses
 import json
 import time
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import torch
 from tqdm import tqdm
 
+from graphcost.atomic import write_json, write_text
 from graphcost.data.features import FeatureTransform
 from graphcost.formats import Graph
 from graphcost.models.base import GraphTensors
 from graphcost.models.model import Model, atomic_save, load_checkpoint
 from graphcost.train import distributed
-from graphcost.train.checkpoint import BestSoFar, rng_state, seed_everything, set_rng_state
+from graphcost.train.checkpoint import (
+    BestSoFar,
+    check_resume,
+    rng_state,
+    seed_everything,
+    set_rng_state,
+    trained_on,
+)
 from graphcost.train.optim import optimiser
 from graphcost.train.sampling import (
     epoch_order,
@@ -61,7 +70,7 @@ def step_strategy(s: TrainSettings) -> type[Step]:
 @distributed.in_process_group  # under torchrun: DDP across the processes
 def fit(model: Model, train_graphs: Sequence[Graph], valid_graphs: Sequence[Graph] | None = None,
         settings: TrainSettings | None = None, out_dir: str | Path | None = None,
-        resume: bool = False) -> dict:
+        resume: bool = False, record: Mapping[str, Any] | None = None) -> dict:
     """Train `model` on graphs; returns {'history', 'best_epoch', 'best_score', 'out_dir',
     'stopped', 'early_stop', 'before_head'} and what the strategy reports (GST:
     'table_bytes'). `early_stop` says when and why early stopping ended the main phase
@@ -70,6 +79,11 @@ def fit(model: Model, train_graphs: Sequence[Graph], valid_graphs: Sequence[Grap
     Leaves the best weights (by validation score; by train loss without validation
     graphs) in `model`. `before_head` holds the validation metrics of the best weights
     before a head-only phase (None without one).
+
+    `record` says what the run trains on (the collection's `data` path and name, …):
+    written to `run.json` and, with a fingerprint of the graph names, into `last.pt`, so
+    that resuming the run on other graphs, or with another model or other model
+    settings, is refused (`check_resume`) before anything in the run folder changes.
     """
     s = settings or train_defaults(model.name)
     s.check()
@@ -86,7 +100,12 @@ def fit(model: Model, train_graphs: Sequence[Graph], valid_graphs: Sequence[Grap
     ckpt = load_checkpoint(last) if resuming else None
     ckpt = ctx.broadcast(ckpt)  # rank 0's last.pt restores every rank
     strategy = step_strategy(s)
-    strategy.configure(model, s)
+    strategy.configure(model, s)  # GST: the model's segment_size is the training one
+    run_data = trained_on(train_graphs, valid_graphs, record)
+    if ckpt is not None:
+        check_resume(ckpt, Path(out_dir or ".") / "last.pt", model, run_data)
+    if out is not None and record is not None:
+        write_json(dict(record), out / "run.json")
     if ckpt is not None:  # the transform and weights of the run being resumed
         model.build(FeatureTransform.from_dict(ckpt["model"]["transform"]))
         model.net.load_state_dict(ckpt["model"]["state_dict"])
@@ -124,7 +143,7 @@ def fit(model: Model, train_graphs: Sequence[Graph], valid_graphs: Sequence[Grap
         opt.load_state_dict(ckpt["optimizer"])
         sched.load_state_dict(ckpt["scheduler"])
     if out is not None:  # drop lines of epochs that a killed run logged after its checkpoint
-        (out / "metrics.jsonl").write_text("".join(json.dumps(h) + "\n" for h in history))
+        write_text("".join(json.dumps(h) + "\n" for h in history), out / "metrics.jsonl")
 
     stopped, epoch, early = False, start, None
     try:
@@ -184,14 +203,14 @@ def fit(model: Model, train_graphs: Sequence[Graph], valid_graphs: Sequence[Grap
                         count_bad=not head)
             row["best_epoch"] = best.epoch
             history.append(row)
-            if out is not None:
-                with open(out / "metrics.jsonl", "a") as f:
-                    f.write(json.dumps(row) + "\n")
+            if out is not None:  # rewritten whole: a full disk leaves no half line
+                write_text("".join(json.dumps(h) + "\n" for h in history), out / "metrics.jsonl")
                 atomic_save({"model": model.state(), "optimizer": opt.state_dict(),
                              "scheduler": sched.state_dict(), "rng": rng_state(rng),
                              "epoch": epoch, **best.checkpoint(), "history": history,
                              "main_end": main_end, "before_head": before_head,
-                             "settings": dataclasses.asdict(s)}, out / "last.pt")
+                             "settings": dataclasses.asdict(s), "trained_on": run_data},
+                            out / "last.pt")
             if s.progress and ctx.is_main:
                 tqdm.write(" ".join(f"{k}={v:.4g}" if isinstance(v, float) else f"{k}={v}"
                                     for k, v in row.items()))

@@ -2,22 +2,30 @@
 
 from __future__ import annotations
 
+import fcntl
+import os
+from collections.abc import Iterator
+from contextlib import contextmanager, nullcontext
 from pathlib import Path
 from typing import Any
 
-from graphcost.atomic import write_json
 from graphcost.data.collection import Collection, open_collection
-from graphcost.errors import CollectionError
+from graphcost.errors import CollectionError, UserError
 from graphcost.models.model import Model
 from graphcost.train.distributed import is_main_process
 from graphcost.train.loop import fit
 from graphcost.train.settings import TrainSettings
 
+#: the files a run writes into its directory (what `--overwrite` replaces)
+RUN_FILES = ("run.json", "metrics.jsonl", "best.pt", "last.pt", "model.pt")
+#: the lock file a run holds for its lifetime
+LOCK = ".lock"
+
 
 def train_model(data: str | Path | Collection, model: str = "ranker",
                 out_dir: str | Path = "runs/model", settings: TrainSettings | None = None,
                 model_settings: dict[str, Any] | None = None,
-                resume: bool = False) -> tuple[Model, dict]:
+                resume: bool = False, overwrite: bool = False) -> tuple[Model, dict]:
     """Train on a collection's `train` split (refused without one), validating on `valid`.
 
     `data` is a collection folder, or a `Collection` whose splits are file lists chosen
@@ -25,7 +33,9 @@ def train_model(data: str | Path | Collection, model: str = "ranker",
     the folder alone no longer says what was trained on.
 
     Writes `run.json` (what was trained on), `best.pt`, `last.pt`, `metrics.jsonl` and,
-    when training finishes, `model.pt` (the best weights) under `out_dir`.
+    when training finishes, `model.pt` (the best weights) under `out_dir`, holding it
+    for the run (`claim_run_dir`): a run already there is refused unless `resume`
+    continues it or `overwrite` replaces it.
     """
     given = isinstance(data, Collection)
     coll = data if given else open_collection(data)
@@ -40,16 +50,47 @@ def train_model(data: str | Path | Collection, model: str = "ranker",
                               f"{coll.root}; the first problem: {coll.skipped[0]}")
     valid = list(coll.graphs("valid", lazy=True)) if "valid" in coll.splits else None
     m = Model(model, coll.kind, **(model_settings or {}))
+    record: dict[str, Any] = {"data": str(Path(coll.root if given else data).resolve()),
+                              "collection": coll.name, "model": model,
+                              "model_settings": model_settings or {}}
+    if given:
+        record["files"] = {s: [f.name for f in files] for s, files in coll.splits.items()}
     main = is_main_process()  # under torchrun only rank 0 writes files
-    if main:
-        info: dict[str, Any] = {"data": str(Path(coll.root if given else data).resolve()),
-                                "collection": coll.name, "model": model,
-                                "model_settings": model_settings or {}}
-        if given:
-            info["files"] = {s: [f.name for f in files] for s, files in coll.splits.items()}
-        write_json(info, Path(out_dir) / "run.json")
-    result = fit(m, train, valid, settings, out_dir, resume)
-    if main and not result["stopped"]:
-        m.save(Path(out_dir) / "model.pt")
+    with claim_run_dir(out_dir, resume, overwrite) if main else nullcontext():
+        result = fit(m, train, valid, settings, out_dir, resume, record)
+        if main and not result["stopped"]:
+            m.save(Path(out_dir) / "model.pt")
     result["collection"] = coll.name
     return m, result
+
+
+@contextmanager
+def claim_run_dir(out_dir: str | Path, resume: bool = False,
+                  overwrite: bool = False) -> Iterator[Path]:
+    """Hold run directory `out_dir` for one training run, so that no two runs mix their
+    files there (best.pt from one, model.pt from the other): an exclusive lock on
+    `out_dir/.lock` for the run's lifetime, refused naming the holder's pid while another
+    process holds it. A run already there is refused unless `resume` continues it or
+    `overwrite` replaces it; then its files are removed first, so that none outlives it."""
+    out = Path(out_dir)
+    out.mkdir(parents=True, exist_ok=True)
+    with open(out / LOCK, "a+") as lock:
+        try:
+            fcntl.flock(lock, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            lock.seek(0)
+            holder = lock.read().strip() or "unknown"
+            raise UserError(f"{out}: another training run (pid {holder}) is using this run "
+                            "directory; wait for it to end, or choose another --out") from None
+        lock.truncate(0)
+        lock.write(f"{os.getpid()}\n")
+        lock.flush()
+        existing = [name for name in RUN_FILES if (out / name).exists()]
+        if existing and not resume:
+            if not overwrite:
+                raise UserError(f"{out}: already holds a run ({', '.join(existing)}); pass "
+                                "--resume to continue it, --overwrite to replace it, or "
+                                "choose another --out")
+            for name in existing:
+                (out / name).unlink()
+        yield out  # the lock is released when the file closes, also on errors

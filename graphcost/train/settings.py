@@ -3,14 +3,14 @@
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
 from graphcost import fields
 from graphcost.errors import SettingsError
 from graphcost.models.losses import parse_loss
-from graphcost.models.model import MODELS, model_setting_types
+from graphcost.models.model import MODELS, check_device, model_setting_types
 from graphcost.train.memory import memory_budget_bytes
 
 MODES = ("full", "gst")
@@ -84,6 +84,7 @@ class TrainSettings:
             parse_loss(self.loss or "hinge")
         except ValueError as e:
             raise SettingsError(f"setting 'loss': {e}") from None
+        check_device(self.device)
 
 
 TRAIN_FIELDS = tuple(f.name for f in dataclasses.fields(TrainSettings))
@@ -99,53 +100,76 @@ def _budget_ok(spec: str) -> bool:
 
 TRAIN_RULES: dict[str, fields.Rule] = {
     "epochs": fields.AT_LEAST_1, "steps_per_epoch": fields.NON_NEGATIVE,
-    "graphs_per_batch": fields.AT_LEAST_1, "configs_per_graph": fields.AT_LEAST_1,
+    "graphs_per_batch": fields.AT_LEAST_1, "configs_per_graph": fields.AT_LEAST_2,
     "fast_bias": fields.NON_NEGATIVE, "lr": fields.POSITIVE,
-    "min_configs": fields.AT_LEAST_MINUS_1, "max_configs": fields.NON_NEGATIVE,
+    # max_configs keeps thirds of the configs: below 3 it would keep them all
+    "min_configs": fields.AT_LEAST_MINUS_1, "max_configs": fields.off_or_at_least(3),
     "last_batch": fields.one_of("fill", "keep", "drop"),
     "optimizer": fields.one_of("adamw", "adam"), "clip": fields.one_of("global", "per_tensor"),
     "temperature": fields.POSITIVE, "select_on": fields.one_of("score", "opa"),
     "weight_decay": fields.NON_NEGATIVE, "warmup_steps": fields.NON_NEGATIVE,
     "min_lr_ratio": fields.UNIT, "grad_clip": fields.NON_NEGATIVE,
-    "margin": fields.NON_NEGATIVE, "valid_configs": fields.AT_LEAST_1,
+    "margin": fields.POSITIVE, "valid_configs": fields.AT_LEAST_2,
     "patience": fields.AT_LEAST_1, "device": fields.one_of("cpu", "cuda"),
     "chunk_size": fields.AT_LEAST_1, "stop_after_epoch": fields.NON_NEGATIVE,
     "mode": fields.one_of(*MODES), "segment_size": fields.AT_LEAST_1,
     "gst_fresh_segments": fields.NON_NEGATIVE, "stale_drop_p": fields.FRACTION,
-    "head_finetune_epochs": fields.NON_NEGATIVE, "gst_max_configs": fields.NON_NEGATIVE,
+    "head_finetune_epochs": fields.NON_NEGATIVE, "gst_max_configs": fields.off_or_at_least(2),
     "memory_budget": (_budget_ok, "a share like '75%', a size like '8G', or 'off'"),
 }
 
 
 def parse_settings(pairs: Sequence[str], model: str | None = None,
-                   **fixed: Any) -> tuple[TrainSettings, dict[str, Any]]:
+                   defaults: Mapping[str, Any] | None = None,
+                   **given: Any) -> tuple[TrainSettings, dict[str, Any]]:
     """`key=value` pairs → (TrainSettings, model settings), so that one `--set` option
     reaches both: a key naming a TrainSettings field is a training setting, any other a
     model setting. Every value is coerced to its field's type and training settings are
     range-checked here, before any work; model keys are checked against `model`'s
-    settings (any model's, when None), their ranges by `Model`. `fixed` settings
-    (device, seed, …) win. A SettingsError names the bad pair, key or value."""
+    settings (any model's, when None), their ranges by `Model`.
+
+    `given` are settings that the command's own options set (`--device`, `--seed`,
+    `--epochs`: only those the user gave) and `defaults` the command's defaults, which
+    `--set` may change. A key set twice with different values (by two `--set`s, or by
+    `--set` and its option) is refused naming both, rather than one silently winning.
+    A SettingsError names the bad pair, key or value."""
     model_keys = model_setting_types(model)
+    train_types = fields.field_types(TrainSettings)
     train_kw: dict[str, str] = {}
     model_kw: dict[str, Any] = {}
+    seen: dict[str, tuple[str, Any]] = {}  # key → (its first --set pair, its value)
     for pair in pairs:
         key, sep, raw = pair.partition("=")
         key = key.strip()
         if not sep or not key:
             raise SettingsError(f"--set expects KEY=VALUE, got '{pair}'")
-        if key in TRAIN_FIELDS:
-            train_kw[key] = raw
-        elif key in model_keys:
-            model_kw[key] = fields.coerce(key, model_keys[key], raw)
-        else:
+        if key not in train_types and key not in model_keys:
             raise SettingsError(
                 f"unknown setting '{key}'; training settings: {', '.join(TRAIN_FIELDS)}; "
                 f"{model or 'model'} settings: {', '.join(model_keys)} "
                 "(graphcost train --help says what each means)")
-    settings = fields.build(TrainSettings, {**train_kw, **fixed}, train_defaults(model),
-                            what="training setting")
+        value = fields.coerce(key, train_types.get(key) or model_keys[key], raw)
+        _refuse_conflict(key, seen.get(key), f"--set {pair}", value)
+        seen.setdefault(key, (f"--set {pair}", value))
+        if key in train_types:
+            train_kw[key] = raw
+        else:
+            model_kw[key] = value
+    for key, value in given.items():
+        _refuse_conflict(key, seen.get(key), f"--{key.replace('_', '-')} {value}",
+                         fields.coerce(key, train_types[key], value))
+    settings = fields.build(TrainSettings, {**(defaults or {}), **train_kw, **given},
+                            train_defaults(model), what="training setting")
     settings.check()
     return settings, model_kw
+
+
+def _refuse_conflict(key: str, first: tuple[str, Any] | None, second: str, value: Any) -> None:
+    """Refuse setting `key` given a second time (`second`) with another value than the
+    first time: neither may silently win."""
+    if first is not None and first[1] != value:
+        raise SettingsError(f"setting '{key}' is given twice with different values: "
+                            f"{first[0]} and {second}; give it once")
 
 
 def train_defaults(model: str | None = None) -> TrainSettings:
