@@ -5,6 +5,7 @@ from __future__ import annotations
 import errno
 import json
 import os
+import socket
 import tempfile
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -22,12 +23,16 @@ def atomic_open(path: str | Path, mode: str = "wb", **kwargs) -> Iterator[IO]:
     """Open a temporary file beside `path`; on success it replaces `path` in one rename.
 
     On any error the temporary file is removed and `path` is left as it was. The file
-    gets the usual permissions (0666 less the umask), not mkstemp's private 0600.
+    gets the usual permissions (0666 less the umask), not mkstemp's private 0600. Its
+    name, `.NAME.PID@HOST.RANDOM.part`, says which process writes it, so that what a
+    killed writer (SIGKILL skips the clean-up) left can be found and removed
+    (`remove_dead_writers_parts`).
     """
     path = Path(path)
     try:
         path.parent.mkdir(parents=True, exist_ok=True)
-        fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".part")
+        fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.{_writer()}.",
+                                   suffix=".part")
     except OSError as e:  # name the user's path, not the temporary file's
         raise UserError(f"{path}: cannot write here ({e.strerror or e})") from None
     try:
@@ -45,6 +50,36 @@ def atomic_open(path: str | Path, mode: str = "wb", **kwargs) -> Iterator[IO]:
             raise UserError(f"{path}: cannot write it: {e.strerror or e} (the disk or quota "
                             f"is full); {left}") from None
         raise
+
+
+def _writer() -> str:
+    """This process as a temporary file's name records it: PID@HOST (the host's dots
+    replaced, so that the name splits on dots)."""
+    return f"{os.getpid()}@{socket.gethostname().replace('.', '_')}"
+
+
+def remove_dead_writers_parts(folder: str | Path) -> list[Path]:
+    """Remove the temporary files of `atomic_open` in `folder` whose writer, a process
+    of this host, is no longer alive; return them. A live writer's file, another host's
+    and any file not named by `atomic_open` are left alone."""
+    removed = []
+    host = _writer().split("@", 1)[1]
+    for part in Path(folder).glob(".*.part"):
+        pid, _, on = part.name.rsplit(".", 3)[1].partition("@")
+        if on == host and pid.isdigit() and not _alive(int(pid)):
+            part.unlink(missing_ok=True)
+            removed.append(part)
+    return removed
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:  # alive, another user's
+        return True
+    return True
 
 
 def write_text(text: str, path: str | Path) -> Path:

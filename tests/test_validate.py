@@ -73,14 +73,21 @@ def test_bad_layout_file_names_file_and_key(tmp_path, layout_graph, case):
     assert e.value.key == key and str(path) in str(e.value)
 
 
-def test_nan_in_features_is_found_by_the_deep_check_only(tmp_path, layout_graph):
+def test_nan_in_features_is_found_by_the_deep_check_which_every_read_runs(tmp_path,
+                                                                          layout_graph):
+    """The deep check alone scans the big arrays; reading a file runs it (issue 30: a
+    file validate calls bad must not be ranked or trained on by any other command)."""
     layout_graph.node_config_feat[5, 0, 3] = np.nan
     path = tmp_path / "nan.npz"
     np.savez(path, **raw_arrays(layout_graph))
-    g = read_graph(path)  # cheap checks pass: the big array is not scanned on open
+    validate_graph(layout_graph, path, deep=False)  # cheap checks pass: no scan
     with pytest.raises(GraphFileError) as e:
-        validate_graph(g, path, deep=True)
+        validate_graph(layout_graph, path, deep=True)
     assert e.value.key == "node_config_feat" and "row 5" in str(e.value)
+    for lazy in (True, False):
+        with pytest.raises(GraphFileError) as e:
+            read_graph(path, lazy=lazy)
+        assert e.value.key == "node_config_feat" and "row 5" in str(e.value)
 
 
 @pytest.mark.parametrize("damage", ["truncate", "garbage", "not_npz", "empty"])

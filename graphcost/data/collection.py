@@ -65,7 +65,10 @@ class Collection:
 
 
 def _npz_files(d: Path) -> list[Path]:
-    return sorted(p for p in d.glob("*.npz") if p.is_file())
+    """The `.npz` entries of `d` but folders: a FIFO, device or broken link among them is
+    kept, so that reading it reports it by name (the reader never opens it, so it cannot
+    hang) instead of its silently going missing."""
+    return sorted(p for p in d.glob("*.npz") if not p.is_dir())
 
 
 def _name_for(d: Path) -> str:

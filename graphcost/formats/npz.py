@@ -5,24 +5,33 @@ A graph is a plain dataclass of numpy arrays. Layout files can hold gigabytes of
 directly inside the archive when the member is stored uncompressed, otherwise from
 an uncompressed copy extracted once into a per-user cache. Indexing the map with a
 few config ids reads only those rows.
+
+Everything a reader trusts is checked where it is read, once for every caller (submit,
+evaluate, predict, train, validate): only regular files are opened (a FIFO would block,
+/dev/zero never ends); every member's `.npy` header must declare a dtype its key may have
+and exactly the bytes the member holds, before anything is allocated; and the graph must
+pass `validate_graph(deep=True)`, NaN/inf included. A memory-mapped `node_config_feat`
+is scanned for NaN/inf once per version of its file, which the cache remembers.
 """
 
 from __future__ import annotations
 
 import hashlib
 import io
+import math
 import os
 import shutil
+import stat
 import struct
 import zipfile
 import zlib
-from collections.abc import Iterator, Mapping
+from collections.abc import Iterable, Iterator, Mapping
 from contextlib import contextmanager
 from pathlib import Path
 
 import numpy as np
 
-from graphcost.atomic import atomic_open
+from graphcost.atomic import atomic_open, remove_dead_writers_parts
 from graphcost.formats.errors import GraphFileError
 from graphcost.formats.records import (
     EXTRA_KEYS,
@@ -52,9 +61,10 @@ def read_graph(path: str | Path, lazy: bool = True, runtimes: bool = True) -> Gr
     """Read one `.npz` file, casting every dtype seen in the wild to the canonical ones.
 
     With `lazy`, a layout file's `node_config_feat` is a read-only memory map. Checks
-    shapes and ranges (not NaNs in big arrays: `validate_graph(deep=True)` does that).
-    `runtimes=False` reads a file to be ranked, not scored: its runtimes may be absent
-    (read as NaN) or placeholders such as the zeros of the published test split.
+    dtypes, sizes, shapes, ranges and NaN/inf (`validate_graph(deep=True)`), so no
+    caller can use a graph `graphcost validate` calls bad. `runtimes=False` reads a file
+    to be ranked, not scored: its runtimes may be absent (read as NaN) or placeholders
+    such as the zeros of the published test split.
     """
     path = Path(path)
     kind = graph_kind(path)
@@ -65,14 +75,26 @@ def read_graph(path: str | Path, lazy: bool = True, runtimes: bool = True) -> Gr
         if missing:
             expected = "every key of a " + kind + " file: " + ", ".join(keys)
             raise GraphFileError(path, missing[0], f"{expected} (missing)")
-        arrays = {k: _load_member(npz, path, k) for k in keys if k in npz.files
-                  and not (kind == "layout" and lazy and k == "node_config_feat")}
+        present = [k for k in keys if k in npz.files]
+        _check_headers(path, present)
+        arrays = {k: _load_member(npz, path, k) for k in present
+                  if not (kind == "layout" and lazy and k == "node_config_feat")}
     if kind == "layout" and lazy:
         arrays["node_config_feat"] = open_member_mmap(path, "node_config_feat")
     for key in set(RUNTIME_KEYS) & set(keys) - set(arrays):  # runtimes=False only
         arrays[key] = np.full(_num_configs(kind, arrays), np.nan)
     graph = _build(kind, path.stem, arrays, path)
-    validate_graph(graph, path, deep=False, runtimes=runtimes)
+    # a memory map may be gigabytes: scan it once per version of the file, not per read
+    scanned = (cache_dir() / (_version_key(path, "finite") + ".finite")
+               if isinstance(arrays.get("node_config_feat"), np.memmap) else None)
+    validate_graph(graph, path, deep=scanned is None or not scanned.exists(),
+                   runtimes=runtimes)
+    if scanned is not None:
+        try:
+            scanned.parent.mkdir(parents=True, exist_ok=True)
+            scanned.touch()
+        except OSError:  # an unwritable cache only costs a scan on the next read
+            pass
     return graph
 
 
@@ -88,49 +110,48 @@ def _num_configs(kind: str, arrays: dict[str, np.ndarray]) -> int:
 def read_extra(path: str | Path) -> dict[str, np.ndarray]:
     """The collector's optional per-config arrays (`EXTRA_KEYS`) a file holds."""
     path = Path(path)
-    present = _member_names(path) & set(EXTRA_KEYS)
+    present = sorted(_member_names(path) & set(EXTRA_KEYS))
+    _check_headers(path, present)
     with _open_npz(path) as npz:
-        return {k: _load_member(npz, path, k) for k in sorted(present)}
+        return {k: _load_member(npz, path, k) for k in present}
 
 
 def _build(kind: str, name: str, a: dict[str, np.ndarray], path: Path) -> Graph:
     common = dict(
         name=name,
-        node_feat=_as(a["node_feat"], np.float32, path, "node_feat"),
-        node_opcode=_as(a["node_opcode"], np.int64, path, "node_opcode").reshape(-1),
+        node_feat=_as(a["node_feat"], np.float32),
+        node_opcode=_as(a["node_opcode"], np.int64).reshape(-1),
         edge_index=_edges(a["edge_index"], path),
     )
     if kind == "tile":
         return TileGraph(
             **common,
-            config_feat=_as(a["config_feat"], np.float32, path, "config_feat"),
+            config_feat=_as(a["config_feat"], np.float32),
             # float64, not the published int64: measured runtimes may be fractional, and
             # float64 holds every integer runtime below 2**53 ns exactly
-            config_runtime=_as(a["config_runtime"], np.float64, path,
-                               "config_runtime").reshape(-1),
-            config_runtime_normalizers=_as(a["config_runtime_normalizers"], np.float64, path,
-                                           "config_runtime_normalizers").reshape(-1),
+            config_runtime=_as(a["config_runtime"], np.float64).reshape(-1),
+            config_runtime_normalizers=_as(a["config_runtime_normalizers"], np.float64).reshape(-1),
         )
     ncf = a["node_config_feat"]
     if not isinstance(ncf, np.memmap):
-        ncf = _as(ncf, np.float32, path, "node_config_feat")
+        ncf = _as(ncf, np.float32)
     return LayoutGraph(
         **common,
-        node_config_ids=_as(a["node_config_ids"], np.int64, path, "node_config_ids").reshape(-1),
+        node_config_ids=_as(a["node_config_ids"], np.int64).reshape(-1),
         node_config_feat=ncf,
-        config_runtime=_as(a["config_runtime"], np.float64, path, "config_runtime").reshape(-1),
-        node_splits=_as(a["node_splits"], np.int64, path, "node_splits").reshape(-1),
+        config_runtime=_as(a["config_runtime"], np.float64).reshape(-1),
+        node_splits=_as(a["node_splits"], np.int64).reshape(-1),
     )
 
 
-def _as(x: np.ndarray, dtype: type, path: Path, key: str) -> np.ndarray:
-    if x.dtype.kind not in "biuf":
-        raise GraphFileError(path, key, f"a numeric array, got dtype {x.dtype}")
+def _as(x: np.ndarray, dtype: type) -> np.ndarray:
+    """`x` cast to the canonical dtype; its stored dtype was checked (`_header`) before it
+    was loaded, so the cast invents nothing."""
     return np.ascontiguousarray(x, dtype=dtype)
 
 
 def _edges(x: np.ndarray, path: Path) -> np.ndarray:
-    x = _as(x, np.int64, path, "edge_index")
+    x = _as(x, np.int64)
     if x.size == 0:
         return x.reshape(0, 2)
     if x.ndim != 2 or x.shape[1] != 2:
@@ -138,8 +159,31 @@ def _edges(x: np.ndarray, path: Path) -> np.ndarray:
     return x
 
 
+def _require_regular_file(path: Path) -> None:
+    """Refuse anything but a regular file before opening it: opening a FIFO blocks until
+    a writer comes, and a device such as /dev/zero reads (and extracts) without end."""
+    try:
+        mode = path.stat().st_mode
+    except FileNotFoundError:
+        raise GraphFileError(path, "<file>", "an existing .npz file") from None
+    except OSError as e:
+        raise GraphFileError(path, "<file>", f"a readable .npz file ({e})") from None
+    if not stat.S_ISREG(mode):
+        raise GraphFileError(path, "<file>", f"a regular .npz file, found {_file_type(mode)}")
+
+
+def _file_type(mode: int) -> str:
+    for test, name in ((stat.S_ISDIR, "a folder"), (stat.S_ISFIFO, "a FIFO (named pipe)"),
+                       (stat.S_ISCHR, "a character device"), (stat.S_ISBLK, "a block device"),
+                       (stat.S_ISSOCK, "a socket")):
+        if test(mode):
+            return name
+    return "a special file"
+
+
 @contextmanager
 def _open_npz(path: Path) -> Iterator[np.lib.npyio.NpzFile]:
+    _require_regular_file(path)
     try:
         npz = np.load(path, allow_pickle=False)
     except FileNotFoundError:
@@ -162,6 +206,7 @@ def _load_member(npz: np.lib.npyio.NpzFile, path: Path, key: str) -> np.ndarray:
 
 
 def _member_names(path: Path) -> set[str]:
+    _require_regular_file(path)
     try:
         with zipfile.ZipFile(path) as zf:
             return {n[:-4] for n in zf.namelist() if n.endswith(".npy")}
@@ -172,16 +217,65 @@ def _member_names(path: Path) -> set[str]:
 
 
 def member_header(path: str | Path, key: str) -> tuple[tuple[int, ...], np.dtype]:
-    """Shape and dtype of one array, read from its `.npy` header without loading it."""
+    """Shape and dtype of one array, read from its `.npy` header without loading it
+    (and checked as every reader checks it: `_header`)."""
     path = Path(path)
+    return _check_headers(path, [key])[key]
+
+
+def _check_headers(path: Path, keys: Iterable[str]) -> dict[str, tuple[tuple[int, ...],
+                                                                        np.dtype]]:
+    """Shape and dtype of each of `keys`, every header checked by `_header`."""
+    _require_regular_file(path)
+    out = {}
+    with _zip_errors(path, "<archive>", "a readable .npz archive"), \
+            zipfile.ZipFile(path) as zf:
+        for key in keys:
+            with _zip_errors(path, key, "a readable array header"):
+                shape, _, dtype = _header(zf, path, key)
+            out[key] = shape, dtype
+    return out
+
+
+#: keys whose values are ids or indices: stored as integers of any width (uint8, int32
+#: and int64 are seen in the wild). Every other key holds real numbers: features and
+#: runtimes, stored as integers or floats. Nothing else (bool, complex, strings, objects)
+#: is a graph, and casting it would silently invent numbers.
+INTEGER_KEYS = ("node_opcode", "edge_index", "node_config_ids", "node_splits",
+                "config_fingerprint")
+
+
+def _header(zf: zipfile.ZipFile, path: Path, key: str) -> tuple[tuple[int, ...], bool,
+                                                                  np.dtype]:
+    """One member's `.npy` header, refused unless its dtype suits `key` and it declares
+    exactly the bytes the member holds. Checked before any array is allocated, so a
+    corrupt header cannot ask numpy for terabytes (ArrayMemoryError)."""
+    info = zf.getinfo(key + ".npy")
+    with zf.open(info) as f:
+        shape, fortran, dtype = _read_npy_header(f)
+        held = info.file_size - f.tell()
+    kinds, what = (("iu", "an integer dtype (such as int64)") if key in INTEGER_KEYS
+                   else ("iuf", "a real number dtype (such as float32)"))
+    if dtype.kind not in kinds:
+        raise GraphFileError(path, key, f"{what}, found dtype {dtype}")
+    declared = math.prod(shape) * dtype.itemsize
+    if declared != held:
+        raise GraphFileError(path, key, f"{declared} bytes of data, as its header declares "
+                             f"(shape {shape}, dtype {dtype}), found {held} bytes")
+    return shape, fortran, dtype
+
+
+@contextmanager
+def _zip_errors(path: Path, key: str, expected: str) -> Iterator[None]:
+    """What a broken archive raises, as a GraphFileError naming `path` and `key`."""
     try:
-        with zipfile.ZipFile(path) as zf, zf.open(key + ".npy") as f:
-            shape, _, dtype = _read_npy_header(f)
-            return shape, dtype
+        yield
+    except GraphFileError:
+        raise
     except KeyError:
         raise GraphFileError(path, key, "the key to be present") from None
     except (zipfile.BadZipFile, zlib.error, ValueError, OSError, EOFError) as e:
-        raise GraphFileError(path, key, f"a readable array header ({e})") from None
+        raise GraphFileError(path, key, f"{expected} ({e})") from None
 
 
 def _read_npy_header(f) -> tuple[tuple[int, ...], bool, np.dtype]:
@@ -201,19 +295,18 @@ def open_member_mmap(path: str | Path, key: str) -> np.ndarray:
     """A read-only memory map of one array of an `.npz`, never loading it whole.
 
     A stored (uncompressed) member is mapped in place. A compressed one is streamed
-    once into `cache_dir()` (keyed by path, size and mtime) and mapped from there.
+    once into `cache_dir()` (keyed by the file's version, `_version_key`) and mapped
+    from there.
     """
     path = Path(path)
-    try:
-        with zipfile.ZipFile(path) as zf:
-            info = zf.getinfo(key + ".npy")
-            if info.compress_type == zipfile.ZIP_STORED:
-                return _mmap_stored(path, info)
-            return _mmap_cached(path, zf, info)
-    except KeyError:
-        raise GraphFileError(path, key, "the key to be present") from None
-    except (zipfile.BadZipFile, zlib.error, ValueError, OSError, EOFError) as e:
-        raise GraphFileError(path, key, f"a readable array (the archive is corrupt: {e})") from None
+    _require_regular_file(path)
+    with _zip_errors(path, key, "a readable array (the archive is corrupt)"), \
+            zipfile.ZipFile(path) as zf:
+        _header(zf, path, key)
+        info = zf.getinfo(key + ".npy")
+        if info.compress_type == zipfile.ZIP_STORED:
+            return _mmap_stored(path, info)
+        return _mmap_cached(path, zf, info)
 
 
 def _mmap_stored(path: Path, info: zipfile.ZipInfo) -> np.ndarray:
@@ -234,11 +327,23 @@ def _mmap_stored(path: Path, info: zipfile.ZipInfo) -> np.ndarray:
                      order="F" if fortran else "C")
 
 
-def _mmap_cached(path: Path, zf: zipfile.ZipFile, info: zipfile.ZipInfo) -> np.ndarray:
+def _version_key(path: Path, what: str) -> str:
+    """A cache name for `what` of this version of `path`, from one stat, never a hash of
+    the data. A file replaced under the same name gets a new inode (or, rewritten in
+    place, a new ctime), which os.utime cannot set back as it can size and mtime, so no
+    replacement is ever read from a stale copy. (A rename or chmod changes ctime too: the
+    file is then extracted and scanned once more, which costs time, never correctness.)"""
     st = path.stat()
-    ident = f"{path.resolve()}|{st.st_size}|{st.st_mtime_ns}|{info.filename}"
-    target = cache_dir() / (hashlib.sha1(ident.encode()).hexdigest() + ".npy")
+    ident = (f"{path.resolve()}|{st.st_dev}|{st.st_ino}|{st.st_size}|{st.st_mtime_ns}|"
+             f"{st.st_ctime_ns}|{what}")
+    return hashlib.sha1(ident.encode()).hexdigest()
+
+
+def _mmap_cached(path: Path, zf: zipfile.ZipFile, info: zipfile.ZipInfo) -> np.ndarray:
+    target = cache_dir() / (_version_key(path, info.filename) + ".npy")
     if not target.exists():
+        if target.parent.is_dir():  # what extractions killed midway (SIGKILL) left behind
+            remove_dead_writers_parts(target.parent)
         with atomic_open(target) as out, zf.open(info) as src:
             shutil.copyfileobj(src, out, length=16 << 20)
     arr = np.load(target, mmap_mode="r")
