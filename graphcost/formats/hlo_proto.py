@@ -111,7 +111,7 @@ _MESSAGES: dict[str, list[tuple[str, int, str, bool]]] = {
         ("id", 5, "int64", False),
         ("entry_computation_id", 6, "int64", False),
     ],
-    # ---- tpu_graphs tuning.proto (wrapper schema in shared/fixtures/tpu/README.md)
+    # ---- tpu_graphs tuning.proto (the wrapper schema, in short: docs/formats.md)
     "TileSizeConfig": [
         ("kernel_bounds", 1, "int64", True),
         ("output_bounds", 2, "int64", True),

@@ -105,8 +105,8 @@ def read_tuning_records(path: str | Path, report: ConvertReport | None = None
         data = path.read_bytes()
     except OSError as e:
         raise GraphFileError(path, "<file>", f"a readable tuning record file ({e})") from None
-    expected = ("a TuningData or ModuleTuningData protobuf (DESIGN §4, "
-                "shared/fixtures/tpu/README.md)")
+    expected = ("a TuningData or ModuleTuningData protobuf (the tuning.proto of "
+                "github.com/google-research-datasets/tpu_graphs; docs/formats.md)")
     truncated_at = None
     try:
         top = pb.TopLevelRecord.FromString(data)
