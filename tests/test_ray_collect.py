@@ -24,9 +24,15 @@ from graphcost.formats.npz import read_extra  # noqa: E402
 from graphcost.xla.collect import collect, read_log  # noqa: E402
 from graphcost.xla.measure import Protocol  # noqa: E402
 from graphcost.xla.plan import CollectSpec  # noqa: E402
-from graphcost.xla.ray_pool import connected, node_resources, timing_slots  # noqa: E402
+from graphcost.xla.ray_pool import (  # noqa: E402
+    Slot,
+    _probe,
+    connected,
+    node_resources,
+    timing_slots,
+)
 
-FAST = Protocol(warmup=1, runs=3)
+FAST = Protocol(warmup=1, runs=3, max_run_s=30)  # no timeout on a busy machine
 TINY = {"per_family": 1, "families": ["mlp", "reduction"]}
 
 
@@ -117,9 +123,31 @@ def test_a_killed_worker_loses_nothing_and_resume_measures_nothing(ray_cluster, 
     assert {p: p.stat().st_mtime_ns for p in out.rglob("*.npz")} == written
 
 
+def _die(task, context):
+    os.kill(os.getpid(), signal.SIGKILL)
+
+
+def test_a_slot_probed_while_ray_restarts_it_answers_once_it_is_back(ray_cluster):
+    """The probe goes out the moment a slot's death is seen, while Ray is still restarting
+    the actor: a plain call then fails at once ("the actor is restarting"), on a busy
+    machine nearly always, and the run took the slot for gone for good."""
+    from ray.exceptions import RayActorError
+
+    slot = ray_cluster.remote(Slot).options(max_restarts=-1, max_task_retries=0).remote(
+        _die, min(os.sched_getaffinity(0)))
+    try:
+        for _ in range(3):
+            with pytest.raises(RayActorError):
+                ray_cluster.get(slot.run.remote(None, None))
+            assert ray_cluster.get(_probe(slot), timeout=120) is True
+    finally:
+        ray_cluster.kill(slot)
+
+
 def test_ray_shards_merge_into_a_collection_that_validates(ray_cluster, tmp_path):
     args = ["--per-family", "1", "--families", "mlp,reduction", "--kinds",
-            "layout:random,options", "--configs", "2", "--runs", "3", "--warmup", "1"]
+            "layout:random,options", "--configs", "2", "--runs", "3", "--warmup", "1",
+            "--max-run-s", "30"]
     for i in range(2):
         r = CliRunner().invoke(main, ["collect", str(tmp_path / f"s{i}"), "--ray",
                                       "--shard", f"{i}/2", *args])

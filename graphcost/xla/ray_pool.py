@@ -131,6 +131,14 @@ class Slot:
         return True
 
 
+def _probe(slot: Any) -> Any:
+    """A call that answers once a restarted slot is back. Sent while Ray is still
+    restarting the actor, a call fails at once (ActorUnavailableError: "the actor is
+    restarting"), which on a busy machine is the rule, not the exception; retried until
+    the actor is back, it waits for the restart instead."""
+    return slot.ready.options(max_task_retries=-1).remote()
+
+
 def run_ray(tasks: Sequence[Any], worker_fn: Callable[[Any, Any], Summary], context: Any,
             on_done: Callable[[Summary], None], on_crash: Callable[[Any, str], Summary],
             address: str = LOCAL, workers: int = 0) -> None:
@@ -168,14 +176,14 @@ def run_ray(tasks: Sequence[Any], worker_fn: Callable[[Any, Any], Summary], cont
                         ray.get(ref)
                         free.append(s)
                     except RayError:
-                        pass  # the slot is gone for good (its node, say)
+                        pass  # the slot is gone for good (ActorDiedError)
                     continue
                 s, i = running.pop(ref)
                 try:
                     out = ray.get(ref)
                     free.append(s)
                 except RayActorError as e:  # the slot's process died: Ray restarts it
-                    probes[slots[s].ready.remote()] = s  # free again once it answers
+                    probes[_probe(slots[s])] = s  # free again once it answers
                     if attempts[i] < ATTEMPTS:
                         todo.appendleft(i)
                         continue
