@@ -6,14 +6,18 @@ import pytest
 from graphcost.data.synthetic import make_layout_graph, make_tile_graph
 from graphcost.formats.npz import LAYOUT_KEYS, TILE_KEYS
 
-# `make test` (what CI runs) installs every dependency the tests need and has the shared
-# fixtures, so there a skipped test is a failure, not a silent pass; a plain `pytest`
-# still skips what is missing, and `-rs` (pyproject) prints every skip's reason.
+# Under `make test` (GRAPHCOST_STRICT_SKIPS=1) a skipped test is a failure, not a silent
+# pass; a plain `pytest` still skips what is missing, and `-rs` (pyproject) prints every
+# skip's reason. One exception, outside CI only: the tests marked `real_tpu_records` read
+# Google's TPU tuning records, which the repository does not ship (it holds only what this
+# project wrote; tests/tuning_records.py makes records of our own for every other
+# converter test). CI (CI=true) has them beside the checkout, so there they must run.
 STRICT_SKIPS = os.environ.get("GRAPHCOST_STRICT_SKIPS") == "1"
+IN_CI = os.environ.get("CI", "").lower() in ("1", "true")
 
 
-def _fail_skip(report) -> None:
-    if STRICT_SKIPS and report.skipped and not hasattr(report, "wasxfail"):
+def _fail_skip(report, may_skip: bool = False) -> None:
+    if STRICT_SKIPS and report.skipped and not hasattr(report, "wasxfail") and not may_skip:
         reason = report.longrepr[2] if isinstance(report.longrepr, tuple) else report.longrepr
         report.outcome = "failed"
         report.longrepr = f"skipped under GRAPHCOST_STRICT_SKIPS=1: {reason}"
@@ -22,7 +26,8 @@ def _fail_skip(report) -> None:
 @pytest.hookimpl(hookwrapper=True)
 def pytest_runtest_makereport(item, call):
     outcome = yield
-    _fail_skip(outcome.get_result())
+    may_skip = not IN_CI and item.get_closest_marker("real_tpu_records") is not None
+    _fail_skip(outcome.get_result(), may_skip)
 
 
 @pytest.hookimpl(hookwrapper=True)
@@ -68,7 +73,8 @@ def tiny_model():
     graphs = []
     for i in range(2):
         name, fn, args = make_program("mlp", i)
-        g, _ = measure_layout(name, fn, args, "random", 6, 0, Protocol(warmup=1, runs=3))
+        g, _ = measure_layout(name, fn, args, "random", 6, 0,
+                              Protocol(warmup=1, runs=3, max_run_s=30))
         graphs.append(g)
     torch.manual_seed(0)
     m = Model("ranker", "layout", hidden=16, opcode_dim=8, layers=1, ref_configs=8)

@@ -104,7 +104,8 @@ def test_autotune_end_to_end_report_is_consistent(tiny_model, tmp_path):
     name, fn, args = make_program("mlp", 5)
     k = 3
     r = graphcost.autotune(fn, args, model=tiny_model, name=name, k=k, samples=64,
-                           evaluations=256, round_size=64, protocol=Protocol(warmup=1, runs=5),
+                           evaluations=256, round_size=64,
+                           protocol=Protocol(warmup=1, runs=5, max_run_s=30),
                            seed=0)
     m = r.measured
     assert m[0].arms[0] == "default" and m[0].config["layouts"] == []
@@ -164,7 +165,8 @@ def test_autotune_learning_while_measuring_spends_k_in_batches(tiny_model):
     name, fn, args = make_program("mlp", 5)
     k = 4
     r = graphcost.autotune(fn, args, model=tiny_model, name=name, k=k, samples=64,
-                           evaluations=256, round_size=64, protocol=Protocol(warmup=1, runs=3),
+                           evaluations=256, round_size=64,
+                           protocol=Protocol(warmup=1, runs=3, max_run_s=30),
                            seed=0, batches=2, compare_cache=False)
     m = r.measured
     model = r.arm("model")

@@ -26,7 +26,7 @@ from graphcost.xla.plan import (  # noqa: E402
     plan_tasks,
 )
 
-FAST = Protocol(warmup=1, runs=3)
+FAST = Protocol(warmup=1, runs=3, max_run_s=30)  # no timeout on a busy machine
 TINY = {"per_family": 1, "families": ["mlp", "reduction"]}
 
 
@@ -115,7 +115,8 @@ def test_cli_measure_prints_every_config(tmp_path):
 
     out = tmp_path / "g.npz"
     r = CliRunner().invoke(main, ["measure", "mlp.000", "--per-family", "1", "--configs", "3",
-                                  "--runs", "3", "--warmup", "1", "--out", str(out)])
+                                  "--runs", "3", "--warmup", "1", "--max-run-s", "30",
+                                  "--out", str(out)])
     assert r.exit_code == 0, r.output
     assert r.output.count("executable ") == 3 and out.exists()
     assert "3 distinct executables" in r.output

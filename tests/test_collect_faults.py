@@ -24,7 +24,8 @@ pytest.importorskip("jax")
 from graphcost.cli import main  # noqa: E402
 
 HERE = Path(__file__).parent
-SMALL = ["--kinds", "options", "--configs", "2", "--runs", "3", "--warmup", "1"]
+SMALL = ["--kinds", "options", "--configs", "2", "--runs", "3", "--warmup", "1",
+         "--max-run-s", "30"]  # no timeout on a busy machine
 
 
 def run(*args) -> object:

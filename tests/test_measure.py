@@ -32,7 +32,7 @@ from graphcost.xla.prepare import (  # noqa: E402
     time_prepared,
 )
 
-FAST = Protocol(warmup=1, runs=3)
+FAST = Protocol(warmup=1, runs=3, max_run_s=30)  # no timeout on a busy machine
 
 
 def two_dots(x, w1, w2):
@@ -215,7 +215,7 @@ def test_sampling_stops_at_the_wanted_number_of_distinct_executables():
 
 
 def test_rounds_are_kept_and_their_tau_is_reported():
-    protocol = Protocol(warmup=1, runs=3, rounds=3)
+    protocol = Protocol(warmup=1, runs=3, rounds=3, max_run_s=30)
     graph, report = measure_layout("two_dots", two_dots, _args(), "random", 4,
                                    protocol=protocol)
     rounds = report.extra["config_runtime_rounds"]
