@@ -59,11 +59,47 @@ def test_cli_extract(tmp_path, monkeypatch):
 
 
 def test_bad_spec_is_a_clear_error():
-    from graphcost.formats import GraphFileError
+    from graphcost.errors import UserError
 
-    with pytest.raises(GraphFileError, match="MODULE:FUNCTION"):
+    with pytest.raises(UserError, match="MODULE:FUNCTION"):
         load_program("no_colon_here")
-    with pytest.raises(GraphFileError, match="importable"):
+    with pytest.raises(UserError, match="importable"):
         load_program("graphcost_no_such_module:make")
     res = CliRunner().invoke(main, ["extract", "no_colon_here", "x.npz"])
     assert res.exit_code == 2 and "MODULE:FUNCTION" in res.output  # a user error
+
+
+@pytest.fixture(scope="module")
+def layout_model_file(tmp_path_factory):
+    """A saved layout model (one epoch on a synthetic graph): what `autotune` needs."""
+    from graphcost.data.synthetic import make_layout_graph
+    from graphcost.models import Model
+    from graphcost.train import TrainSettings, fit
+
+    m = Model("ranker", "layout", hidden=8, opcode_dim=4, layers=1, ref_configs=4)
+    fit(m, [make_layout_graph(np.random.default_rng(0), num_nodes=20, num_configs=8)],
+        settings=TrainSettings(epochs=1, configs_per_graph=4, progress=False))
+    return m.save(tmp_path_factory.mktemp("model") / "model.pt")
+
+
+@pytest.mark.parametrize("attr,needle", [
+    ("not_callable", "found int"), ("raises", "raised RuntimeError: no program today"),
+    ("wrong", "(callable, example_args), found list"), ("missing", "no function 'missing'")])
+def test_a_bad_program_function_is_refused_by_extract_and_autotune(
+        tmp_path, monkeypatch, layout_model_file, attr, needle):
+    (tmp_path / "bad_prog.py").write_text(textwrap.dedent("""
+        not_callable = 3
+        def raises():
+            raise RuntimeError("no program today")
+        def wrong():
+            return [1, 2, 3]
+    """))
+    monkeypatch.syspath_prepend(str(tmp_path))
+    for args in (["extract", f"bad_prog:{attr}", str(tmp_path / "x.npz")],
+                 ["autotune", f"bad_prog:{attr}", "--no-pin", "--model", str(layout_model_file),
+                  "--out", str(tmp_path / "tuned.json")]):
+        res = CliRunner().invoke(main, args)
+        assert res.exit_code == 2, (args, res.output)
+        assert f"bad_prog:{attr}" in res.output and needle in res.output, res.output
+        assert isinstance(res.exception, SystemExit)  # a message, not a traceback
+    assert not (tmp_path / "x.npz").exists() and not (tmp_path / "tuned.json").exists()

@@ -9,14 +9,14 @@ file with no configurable nodes and one placeholder config of runtime 1.0.
 
 from __future__ import annotations
 
-import importlib
 from collections.abc import Callable, Sequence
 from typing import Any
 
-from graphcost.formats.errors import GraphFileError
+from graphcost.errors import UserError
 from graphcost.formats.hlo import HloGraph, hlo_bytes_to_graph
 from graphcost.formats.npz import LayoutGraph
 from graphcost.formats.tuning import program_graph
+from graphcost.xla.programs import call_spec
 
 
 def _jax():
@@ -65,16 +65,9 @@ def extract_jax(fn: Callable, args: Sequence[Any], name: str | None = None,
 
 def load_program(spec: str) -> tuple[Callable, tuple]:
     """`module.path:function` -> the (callable, example_args) that function returns."""
-    module_name, sep, attr = spec.partition(":")
-    if not sep or not module_name or not attr:
-        raise GraphFileError(spec, "MODULE:FUNCTION", "a spec like 'pkg.models:make_mlp'")
-    try:
-        factory = getattr(importlib.import_module(module_name), attr)
-    except (ImportError, AttributeError) as e:
-        raise GraphFileError(spec, "MODULE:FUNCTION", f"an importable function ({e})") from None
-    made = factory()
+    made, _ = call_spec(spec, "(callable, example_args)")
     if not (isinstance(made, tuple) and len(made) == 2 and callable(made[0])):
-        raise GraphFileError(spec, "MODULE:FUNCTION", "a function returning "
-                             f"(callable, example_args), got {type(made).__name__}")
+        raise UserError(f"{spec}: expected a function returning (callable, example_args), "
+                        f"found {type(made).__name__} {made!r:.60}")
     fn, args = made
     return fn, tuple(args)

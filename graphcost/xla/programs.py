@@ -84,13 +84,13 @@ def zoo(per_family: int = 4, seed: int = 0, families: Sequence[str] | None = Non
             for n in zoo_names(per_family, seed, families)]
 
 
-def load_programs(spec: str, **kwargs: Any) -> list[Program]:
-    """Programs from `module:function` (called with those `kwargs` it accepts).
+def call_spec(spec: str, expected: str, **kwargs: Any) -> tuple[Any, dict[str, Any]]:
+    """Import and call the user's `module:function` (with those `kwargs` it accepts);
+    returns what it returned and the kwargs it was given.
 
-    The function returns a list of `(name, callable, example_args)` entries with unique
-    names. It is the user's code: a module that does not import, a function that is
-    missing, not callable, raises or returns anything else is a `UserError` naming
-    `spec` and what was expected, not a traceback from inside graphcost.
+    It is the user's code: a module that does not import, a function that is missing,
+    not callable or raises is a `UserError` naming `spec` and what was `expected` of it,
+    not a traceback from inside graphcost.
     """
     module_name, sep, attr = spec.partition(":")
     if not sep or not module_name or not attr:
@@ -99,22 +99,29 @@ def load_programs(spec: str, **kwargs: Any) -> list[Program]:
         module = importlib.import_module(module_name)
     except Exception as e:  # ImportError, or anything the module raises as it loads
         raise UserError(f"{spec}: cannot import {module_name} "
-                        f"({type(e).__name__}: {e})") from e
+                        f"({type(e).__name__}: {e}); expected an importable module") from e
     factory = getattr(module, attr, None)
     if factory is None:
         raise UserError(f"{spec}: module {module_name} has no function {attr!r}")
     if not callable(factory):
-        raise UserError(f"{spec}: expected a function returning a list of (name, callable, "
-                        f"example_args), found {type(factory).__name__} {factory!r:.60}")
+        raise UserError(f"{spec}: expected a function returning {expected}, found "
+                        f"{type(factory).__name__} {factory!r:.60}")
     try:
         params = inspect.signature(factory).parameters
     except (TypeError, ValueError):  # a callable with no signature (a builtin): no kwargs
         params = {}
     given = {k: v for k, v in kwargs.items() if k in params}
     try:
-        made = factory(**given)
+        return factory(**given), given
     except Exception as e:
         raise UserError(f"{spec} raised {type(e).__name__}: {e}") from e
+
+
+def load_programs(spec: str, **kwargs: Any) -> list[Program]:
+    """Programs from `module:function` (`call_spec`), which returns a list of
+    `(name, callable, example_args)` entries with unique names; anything else is a
+    `UserError` naming `spec` and what was expected."""
+    made, given = call_spec(spec, "a list of (name, callable, example_args)", **kwargs)
     if not isinstance(made, (list, tuple)):
         raise UserError(f"{spec}: expected a list of (name, callable, example_args), "
                         f"found {type(made).__name__} {made!r:.60}")
