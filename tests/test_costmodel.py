@@ -120,6 +120,12 @@ def test_save_and_load_keep_the_model_and_the_measurements(tiny_model, measured_
     tiny_model.save(tmp_path / "model.pt")
     with pytest.raises(UserError, match="not a graphcost cost model"):
         CostModel.load(tmp_path / "model.pt", t)
+    state = torch.load(path, weights_only=False)
+    del state["runtime_ns"]
+    torch.save(state, tmp_path / "cut.pt")
+    with pytest.raises(UserError, match=r"cut\.pt: not a complete graphcost cost model: it "
+                                        r"has no 'runtime_ns'"):
+        CostModel.load(tmp_path / "cut.pt", t)
 
 
 def test_warm_start_fine_tunes_the_fitted_network(tiny_model, measured_pool):

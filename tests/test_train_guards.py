@@ -246,6 +246,10 @@ def test_resume_with_another_model_or_model_settings_is_refused_naming_them(work
     refused(run("train", coll(work), "--out", out, "--epochs", "2", "--model", "sage-late",
                 "--resume"),
             out / "last.pt", "tile mlp", "tile sage-late", "--model mlp")
+    # another optimiser: its state would be read as the other one's
+    refused(run("train", coll(work), "--out", out, "--epochs", "2", *TINY,
+                "--set", "optimizer=adamw", "--resume"),  # the official recipe's is adam
+            out / "last.pt", "optimizer is 'adam' in the run, 'adamw' here")
 
 
 # ------------------------------------------------------------------------ 9: devices

@@ -25,7 +25,7 @@ import torch
 from graphcost.autotune.program import Tunable
 from graphcost.autotune.space import Config
 from graphcost.errors import UserError
-from graphcost.models.model import Model, atomic_save, load_checkpoint
+from graphcost.models.model import Model, atomic_save, load_checkpoint, require_keys
 from graphcost.models.scorer import ConfigScorer
 from graphcost.train import TrainSettings, fit
 
@@ -111,6 +111,11 @@ class CostModel:
         if state.get("format") != FORMAT:
             raise UserError(f"{path}: not a graphcost cost model (format "
                             f"{state.get('format')!r}, expected {FORMAT!r})")
+        try:
+            require_keys(state, ("program", "model", "reference", "measured", "runtime_ns",
+                                 "updates", "settings"), "a complete graphcost cost model")
+        except UserError as e:
+            raise UserError(f"{path}: {e}") from None
         if state["program"] != tunable.name:
             raise UserError(f"{path}: a cost model of {state['program']!r}, not of "
                             f"{tunable.name!r}")

@@ -18,6 +18,7 @@ import torch
 from graphcost.errors import UserError
 from graphcost.formats import Graph
 from graphcost.models.model import Model, atomic_save, require_keys
+from graphcost.train.settings import TrainSettings
 
 #: what `fit` reads from `last.pt` to resume a run
 RESUME_KEYS = ("model", "optimizer", "scheduler", "rng", "epoch", "best_score", "best_epoch",
@@ -91,10 +92,17 @@ def trained_on(train: Sequence[Graph], valid: Sequence[Graph] | None,
     return {**known, "train": len(names[0]), "valid": len(names[1]), "graphs": digest[:16]}
 
 
-def check_resume(ckpt: dict, path: Path, model: Model, data: Mapping[str, Any]) -> None:
+#: training settings a resumed run must keep: the optimiser state and the training
+#: mode's state (GST's table) mean something else under another value
+KEPT_ON_RESUME = ("optimizer", "mode")
+
+
+def check_resume(ckpt: dict, path: Path, model: Model, settings: TrainSettings,
+                 data: Mapping[str, Any]) -> None:
     """Refuse to resume from `path` a run that cannot continue here, naming what differs:
     a missing key, another model or other model settings (its weights would not fit),
-    or other graphs (it would go on training on another collection)."""
+    another optimiser or training mode (its state would not fit), or other graphs (it
+    would go on training on another collection)."""
     try:
         require_keys(ckpt, RESUME_KEYS, "a training checkpoint (last.pt)")
         previous = Model.from_state(ckpt["model"])
@@ -111,6 +119,14 @@ def check_resume(ckpt: dict, path: Path, model: Model, data: Mapping[str, Any]) 
             f"{path}: the run's model settings differ from this command's: "
             + ", ".join(f"{k} is {theirs[k]!r} in the run, {ours[k]!r} here" for k in differ)
             + "; resume with the run's settings, or train into another --out")
+    kept, ours = ckpt.get("settings", {}), dataclasses.asdict(settings)
+    differ = [k for k in KEPT_ON_RESUME if k in kept and kept[k] != ours[k]]
+    if differ:
+        raise UserError(
+            f"{path}: " + ", ".join(f"{k} is {kept[k]!r} in the run, {ours[k]!r} here"
+                                    for k in differ)
+            + "; a run keeps its optimizer and mode: resume without changing them, or train "
+            "into another --out")
     before = ckpt.get("trained_on")  # absent in runs of older graphcost versions
     if before is not None and any(before.get(k) != data.get(k)
                                   for k in ("collection", "graphs")):

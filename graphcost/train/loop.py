@@ -103,7 +103,7 @@ def fit(model: Model, train_graphs: Sequence[Graph], valid_graphs: Sequence[Grap
     strategy.configure(model, s)  # GST: the model's segment_size is the training one
     run_data = trained_on(train_graphs, valid_graphs, record)
     if ckpt is not None:
-        check_resume(ckpt, Path(out_dir or ".") / "last.pt", model, run_data)
+        check_resume(ckpt, Path(out_dir or ".") / "last.pt", model, s, run_data)
     if out is not None and record is not None:
         write_json(dict(record), out / "run.json")
     if ckpt is not None:  # the transform and weights of the run being resumed
