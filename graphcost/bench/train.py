@@ -61,8 +61,8 @@ def bench_train(models: list[str] | None = None, kinds: tuple[str, ...] = ("layo
     rows = []
     ctx = mp.get_context("spawn")
     for kind in kinds:
-        for name in models or model_names(kind):
-            if name not in model_names(kind):
+        for name in models or model_names(kind, learned=True):
+            if name not in model_names(kind, learned=True):  # heuristics do not train
                 continue
             with ProcessPoolExecutor(max_workers=1, mp_context=ctx) as pool:
                 rows.append(pool.submit(bench_one, name, kind, steps, seed, sizes,

@@ -44,7 +44,9 @@ class _TrainCommand(click.Command):
 @click.command("train", cls=_TrainCommand)
 @click.argument("data", type=click.Path(exists=True))
 @click.option("--model", "model_name", default="ranker", show_default=True,
-              help="ranker, or a baseline: sage-early, sage-late, mlp (tile), resgcn (layout)")
+              help="ranker, or a baseline: sage-early, sage-late, mlp (tile), resgcn (layout); "
+                   "or a heuristic: fewest-changes, moved-bytes (layout), config-only (tile), "
+                   "default-first (both)")
 @click.option("--out", "out_dir", required=True, type=click.Path(),
               help="run directory: held by one run at a time; a run already there is "
                    "refused unless --resume or --overwrite")
@@ -91,8 +93,12 @@ def train_cmd(data: str, model_name: str, out_dir: str, resume: bool, overwrite:
     if is_main_process():  # under torchrun: one summary, from rank 0
         if result.get("early_stop") and not settings.progress:  # fit printed it otherwise
             click.echo(result["early_stop"])
-        click.echo(f"{result['collection']}: best epoch {result['best_epoch']} "
-                   f"(score {result['best_score']:.4f}); model in {out_dir}")
+        if "closed_form" in result:  # a heuristic baseline: fitted at once, not trained
+            click.echo(f"{result['collection']}: {result['closed_form']} (validation score "
+                       f"{result['best_score']:.4f}); model in {out_dir}")
+        else:
+            click.echo(f"{result['collection']}: best epoch {result['best_epoch']} "
+                       f"(score {result['best_score']:.4f}); model in {out_dir}")
 
 
 @click.command("evaluate")
@@ -164,7 +170,9 @@ def submit_cmd(data: str, models: tuple[str, ...], out_path: str, split: str, de
 @click.option("--folds", type=int, default=5, show_default=True,
               help="folds of program families; each family is held out exactly once")
 @click.option("--model", "model_name", default="ranker", show_default=True,
-              help="ranker, or a baseline: sage-early, sage-late, mlp (tile), resgcn (layout)")
+              help="ranker, or a baseline: sage-early, sage-late, mlp (tile), resgcn (layout); "
+                   "or a heuristic: fewest-changes, moved-bytes (layout), config-only (tile), "
+                   "default-first (both)")
 @click.option("--set", "sets", multiple=True, metavar="KEY=VALUE",
               help="a training or model setting, as for `graphcost train`; repeatable")
 @click.option("--epochs", type=int, default=None)

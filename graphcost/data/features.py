@@ -104,7 +104,23 @@ class _ColumnTransform:
                    np.array(d["mean"]), np.array(d["std"]))
 
 
-STYLES = ("standard", "minmax")
+STYLES = ("standard", "minmax", "raw")
+
+#: bytes per element of each element type of node feature columns 2–20 (DESIGN §2):
+#: invalid, pred, s8, s16, s32, s64, u8, u16, u32, u64, f16, f32, f64, bf16, c64, c128,
+#: tuple, opaque, token
+ELEMENT_BYTES = np.array([0, 1, 1, 2, 4, 8, 1, 2, 4, 8, 2, 4, 8, 2, 8, 16, 0, 0, 0], np.float64)
+
+
+def tensor_bytes(node_feat: np.ndarray) -> np.ndarray:
+    """Bytes of each node's tensor, (..., 140) → (...): the product of its shape dims
+    (0 past the rank counts as 1) times its element type's size."""
+    elements = np.prod(np.maximum(node_feat[..., SHAPE_DIMS], 1.0), axis=-1)
+    return elements * (node_feat[..., 2:21] @ ELEMENT_BYTES)
+
+
+def _identity(dim: int) -> _ColumnTransform:
+    return _ColumnTransform(np.arange(dim), np.zeros(dim, bool), np.zeros(dim), np.ones(dim))
 
 
 @dataclass
@@ -115,7 +131,8 @@ class FeatureTransform:
     config features (−1..5 minor-to-major orders) are small integers already and are
     used as they are. style 'minmax' (the official baselines, as their loaders do): raw
     features, no re-padding, constant columns dropped and the rest min-max scaled to
-    [0, 1] with train statistics, layout config features too.
+    [0, 1] with train statistics, layout config features too. style 'raw' (the
+    heuristic baselines, which read feature values as they are): no change at all.
     """
 
     node_columns: _ColumnTransform
@@ -127,6 +144,9 @@ class FeatureTransform:
     def fit(cls, graphs: Iterable[Graph], style: str = "standard") -> FeatureTransform:
         if style not in STYLES:
             raise ValueError(f"feature style must be one of {STYLES}, got {style!r}")
+        if style == "raw":
+            tile = any(isinstance(g, TileGraph) for g in graphs)
+            return cls(_identity(140), _identity(24) if tile else None, style)
         minmax = style == "minmax"
         nodes, configs, layout = _Moments(140), _Moments(24), _Moments(18)
         for g in graphs:
@@ -156,7 +176,7 @@ class FeatureTransform:
 
     def node(self, node_feat: np.ndarray) -> np.ndarray:
         """(n, 140) raw features → (n, node_dim) float32 model inputs."""
-        return self.node_columns(node_feat if self.style == "minmax"
+        return self.node_columns(node_feat if self.style in ("minmax", "raw")
                                  else repad_layout(node_feat))
 
     def layout_config(self, configs: np.ndarray) -> np.ndarray:

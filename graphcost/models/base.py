@@ -20,7 +20,7 @@ from torch import Tensor, nn
 from torch_geometric.nn import MLP
 from torch_geometric.utils import scatter
 
-from graphcost.data.features import repad_layout
+from graphcost.data.features import repad_layout, tensor_bytes
 from graphcost.formats import Graph, TileGraph
 
 NUM_OPCODES = 128  # ids 0..120 are used (DESIGN §3); anything larger maps to 0, with a warning
@@ -46,6 +46,7 @@ class GraphTensors:
     # tensor (`role_nodes`), and (nc, 3, 6) their layouts in the graph (−1 padded)
     config_dims: Tensor | None = None
     config_default: Tensor | None = None
+    config_bytes: Tensor | None = None  # (nc, 3) bytes of those tensors
     layout_config: Callable[[np.ndarray], np.ndarray] | None = None  # layout config transform
     # (2m,) bool: True for an edge in the file's direction (npz column 0 → column 1)
     edge_forward: Tensor | None = None
@@ -115,6 +116,7 @@ def graph_tensors(graph: Graph, transform) -> GraphTensors:
         tile_configs=torch.from_numpy(transform.tile_config(graph.config_feat)) if tile else None,
         config_dims=torch.from_numpy(np.log2(np.maximum(at[..., 21:27], 1.0)).astype(np.float32)),
         config_default=torch.from_numpy(at[..., 134:140].astype(np.int64)),
+        config_bytes=torch.from_numpy(tensor_bytes(at).astype(np.float32)),
         layout_config=None if tile or transform.layout_config_columns is None
         else transform.layout_config,
     )
@@ -138,6 +140,7 @@ class Batch:
     config_graph: Tensor  # (K,) graph of each configurable node; B in a halo
     config_dims: Tensor  # (K, 3, 6) log2 shape dims of each role's tensor (layout)
     config_default: Tensor  # (K, 3, 6) the graph's own layouts of them (−1 padded)
+    config_bytes: Tensor  # (K, 3) bytes of each role's tensor
     mask: Tensor  # (B, C) bool
     runtime: Tensor | None = None  # (B, C) float32, for losses
     edge_forward: Tensor | None = None  # (E,) bool, edges in the file's direction
@@ -171,8 +174,9 @@ def collate(items: list[tuple[GraphTensors, np.ndarray]], with_runtime: bool = F
     """
     c = max(len(ids) for _, ids in items)
     directed = all(g.edge_forward is not None for g, _ in items)
-    xs, ops, edges, node_graph, cfgs, cfg_nodes, cfg_graph, dims, defaults, masks, runtimes = (
+    xs, ops, edges, node_graph, cfgs, cfg_nodes, cfg_graph, dims, defaults, sizes, masks = (
         [] for _ in range(11))
+    runtimes = []
     offset = 0
     for b, (g, ids) in enumerate(items):
         ids = np.asarray(ids, dtype=np.int64)
@@ -187,6 +191,7 @@ def collate(items: list[tuple[GraphTensors, np.ndarray]], with_runtime: bool = F
         cfg_graph.append(_graph_ids(g.config_nodes.numel(), g.own_config_nodes, b, len(items)))
         dims.append(g.config_dims)
         defaults.append(g.config_default)
+        sizes.append(g.config_bytes)
         masks.append(torch.arange(c) < ids.size)
         if with_runtime:
             runtimes.append(torch.as_tensor(g.runtime[padded], dtype=torch.float32))
@@ -198,6 +203,7 @@ def collate(items: list[tuple[GraphTensors, np.ndarray]], with_runtime: bool = F
         config=torch.stack(cfgs) if tile else torch.cat(cfgs, dim=1),
         config_nodes=torch.cat(cfg_nodes), config_graph=torch.cat(cfg_graph),
         config_dims=torch.cat(dims), config_default=torch.cat(defaults),
+        config_bytes=torch.cat(sizes),
         mask=torch.stack(masks), runtime=torch.stack(runtimes) if with_runtime else None,
         edge_forward=torch.cat([g.edge_forward for g, _ in items]) if directed else None,
     )
@@ -218,10 +224,11 @@ class RankingNet(nn.Module):
     """
 
     kinds: tuple[str, ...] = ("tile", "layout")
+    closed_form = False  # True: fitted by `fit_closed_form`, never by an optimiser
 
     @property
     def device(self) -> torch.device:
-        return next(self.parameters()).device
+        return next(self.parameters(), torch.zeros(0)).device  # a rule has no parameters
 
     def penalty(self) -> Tensor | None:
         """A regularisation term training adds to the loss (None: none)."""

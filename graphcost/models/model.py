@@ -25,6 +25,14 @@ from graphcost.data.prune import PruneCache
 from graphcost.errors import SettingsError, UserError
 from graphcost.formats import Graph
 from graphcost.models.base import GraphTensors, RankingNet, graph_tensors
+from graphcost.models.heuristics import (
+    ConfigOnly,
+    ConfigOnlySettings,
+    DefaultFirst,
+    FewestChanges,
+    MovedBytes,
+    RuleSettings,
+)
 from graphcost.models.official_layout import ResModel, ResModelSettings
 from graphcost.models.official_tile import TileGNN, TileGNNSettings, TileMLP, TileMLPSettings
 from graphcost.models.ranker import Ranker, RankerSettings
@@ -68,6 +76,12 @@ def _official_tile(backbone: str, join: str) -> ModelSpec:
                      OFFICIAL_TILE, "minmax")
 
 
+def _heuristic(net: type[RankingNet], kinds: tuple[str, ...], settings: type = RuleSettings,
+               features: str = "raw") -> ModelSpec:
+    """A heuristic baseline (`heuristics.py`): fitted in closed form, so no loss is used."""
+    return ModelSpec(net, settings, kinds, "hinge", features=features)
+
+
 MODELS: dict[str, ModelSpec] = {
     "ranker": ModelSpec(Ranker, RankerSettings, ("tile", "layout"), "hinge"),
     "resgcn": ModelSpec(ResModel, ResModelSettings, ("layout",), "tf-listmle", {},
@@ -78,6 +92,10 @@ MODELS: dict[str, ModelSpec] = {
     "resgcn-late": _official_tile("resgcn", "late"),
     "mlp": ModelSpec(TileMLP, TileMLPSettings, ("tile",), TILE_LOSS, {}, OFFICIAL_TILE,
                      "minmax"),
+    "fewest-changes": _heuristic(FewestChanges, ("layout",)),
+    "moved-bytes": _heuristic(MovedBytes, ("layout",)),
+    "default-first": _heuristic(DefaultFirst, ("layout", "tile")),
+    "config-only": _heuristic(ConfigOnly, ("tile",), ConfigOnlySettings, "standard"),
 }
 
 
@@ -91,7 +109,7 @@ MODEL_RULES: dict[str, fields.Rule] = {
     "tile_join": fields.one_of("early", "late"),
     "backbone": fields.one_of("sage", "resgcn"), "mlp_layers": fields.AT_LEAST_1,
     "num_ops": fields.AT_LEAST_1, "keep_nodes": fields.NON_NEGATIVE,
-    "l2": fields.NON_NEGATIVE, "config_scale": fields.POSITIVE,
+    "l2": fields.NON_NEGATIVE, "config_scale": fields.POSITIVE, "ridge": fields.NON_NEGATIVE,
 }
 
 
@@ -106,9 +124,11 @@ def model_setting_types(name: str | None = None) -> dict[str, str]:
     return out
 
 
-def model_names(kind: str | None = None) -> list[str]:
-    """Registered model names, optionally only those for one kind of collection."""
-    return [n for n, s in MODELS.items() if kind is None or kind in s.kinds]
+def model_names(kind: str | None = None, learned: bool | None = None) -> list[str]:
+    """Registered model names, optionally only those for one kind of collection, and
+    only the learned ones (True) or only the heuristics (False)."""
+    return [n for n, s in MODELS.items() if (kind is None or kind in s.kinds)
+            and (learned is None or learned != s.net.closed_form)]
 
 
 def baselines(kind: str) -> list[str]:

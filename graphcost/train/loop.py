@@ -33,6 +33,7 @@ from tqdm import tqdm
 
 from graphcost.atomic import write_json, write_text
 from graphcost.data.features import FeatureTransform
+from graphcost.errors import UserError
 from graphcost.formats import Graph
 from graphcost.models.base import GraphTensors
 from graphcost.models.model import Model, atomic_save, load_checkpoint
@@ -94,6 +95,8 @@ def fit(model: Model, train_graphs: Sequence[Graph], valid_graphs: Sequence[Grap
     if out is not None:
         out.mkdir(parents=True, exist_ok=True)
     last = out / "last.pt" if out is not None else None
+    if model.spec.net.closed_form:  # a heuristic baseline: nothing for an optimiser
+        return fit_closed_form(model, train_graphs, valid_graphs, s, out, resume, record)
 
     rng = seed_everything(s.seed)
     resuming = resume and last is not None and last.exists()
@@ -226,6 +229,36 @@ def fit(model: Model, train_graphs: Sequence[Graph], valid_graphs: Sequence[Grap
     return {"history": history, "best_epoch": best.epoch, "best_score": best.score,
             "out_dir": out, "stopped": stopped, "early_stop": early,
             "before_head": before_head, **closing}
+
+
+def fit_closed_form(model: Model, train_graphs: Sequence[Graph],
+                    valid_graphs: Sequence[Graph] | None, s: TrainSettings, out: Path | None,
+                    resume: bool = False, record: Mapping[str, Any] | None = None) -> dict:
+    """`fit` for a heuristic baseline (`models/heuristics.py`): what it needs from the
+    train graphs is set once, in closed form, with no optimiser step (config-only's least
+    squares; nothing for a training-free rule); then it is validated once. The run folder
+    gets what a trained run's has, bar `last.pt`: `run.json`, `metrics.jsonl` (one row,
+    epoch 0) and `best.pt`. The result says what was fitted under 'closed_form'."""
+    if resume and out is not None and (out / "last.pt").exists():
+        raise UserError(f"{out}: holds a trained run (last.pt); {model.name} is fitted at "
+                        "once and has nothing to resume: pass --overwrite or another --out")
+    t0 = time.perf_counter()
+    model.build(model.fit_transform(train_graphs))
+    assert model.net is not None
+    note = f"{model.name}: {model.net.fit_closed_form(model.prepare(g) for g in train_graphs)}"
+    row: dict[str, Any] = {"epoch": 0, "phase": "closed-form",
+                           "seconds": time.perf_counter() - t0}
+    valid = validation_items(model, valid_graphs or [], s)
+    if valid:
+        row.update(validate(model, valid, s.chunk_size))
+    score = row.get("valid_opa_pooled" if s.select_on == "opa" else "valid_score", float("nan"))
+    if out is not None:
+        if record is not None:
+            write_json(dict(record), out / "run.json")
+        write_text(json.dumps(row) + "\n", out / "metrics.jsonl")
+        model.save(out / "best.pt")
+    return {"history": [row], "best_epoch": 0, "best_score": score, "out_dir": out,
+            "stopped": False, "early_stop": None, "before_head": None, "closed_form": note}
 
 
 def validation_items(model: Model, graphs: Sequence[Graph],

@@ -185,7 +185,9 @@ def settings_help() -> dict[str, list[tuple[str, str]]]:
     sections = {"Training settings": fields.describe(TrainSettings)}
     recipes: dict[str, list[str]] = {}  # models that share a training recipe, listed once
     for name, spec in MODELS.items():
-        sections[f"Model settings of {name}"] = fields.describe(spec.settings(**spec.defaults))
+        rows = fields.describe(spec.settings(**spec.defaults))
+        if rows:  # a training-free heuristic has none
+            sections[f"Model settings of {name}"] = rows
         if spec.train:
             recipes.setdefault(repr(sorted(spec.train.items())), []).append(name)
     for names in recipes.values():
