@@ -1,6 +1,8 @@
 """The heuristic baselines: each rule's order on hand-made graphs where the definition
 says what it must be, and each as a model through train, evaluate and crossval."""
 
+import json
+
 import numpy as np
 import pytest
 import torch
@@ -134,6 +136,8 @@ def test_train_then_evaluate_a_heuristic_through_the_cli(collections, tmp_path):
     evaluated = CliRunner().invoke(main, ["evaluate", str(run / "model.pt"), str(layout)])
     assert evaluated.exit_code == 0, evaluated.output
     assert "kendall_tau" in evaluated.output
+    reported = CliRunner().invoke(main, ["report", str(run)])  # curves without a loss
+    assert reported.exit_code == 0, reported.output
 
 
 def test_crossval_of_config_only_runs(collections):
@@ -157,3 +161,25 @@ def test_a_heuristic_on_the_wrong_kind_is_refused(collections, tmp_path):
                                        "--out", str(tmp_path / "run")])
     assert result.exit_code == 2
     assert "'fewest-changes' is for layout collections, not tile" in result.output
+
+
+def test_compare_shows_the_best_heuristic_paired_with_the_model(collections, tmp_path):
+    layout, _ = collections
+    files = {}
+    for name in ("default-first", "fewest-changes", "moved-bytes"):
+        files[name] = tmp_path / f"{name}.json"
+        done = CliRunner().invoke(main, ["crossval", str(layout), "--folds", "2", "--model",
+                                         name, "--json", str(files[name])])
+        assert done.exit_code == 0, done.output
+    means = {n: np.mean([g["score"] for g in json.loads(f.read_text())["graphs"].values()])
+             for n, f in files.items() if n != "default-first"}
+    best = max(means, key=means.get)
+    result = CliRunner().invoke(main, [
+        "compare", str(files["default-first"]), "--against", str(files["fewest-changes"]),
+        "--heuristic", str(files["fewest-changes"]), "--heuristic", str(files["moved-bytes"]),
+        "--json", str(tmp_path / "c.json")])
+    assert result.exit_code == 0, result.output
+    assert f"paired difference default-first − {best}:" in result.output
+    c = json.loads((tmp_path / "c.json").read_text())
+    assert c["heuristic"]["against"]["model"] == best
+    assert c["heuristic"]["against"]["mean"]["mean"] == pytest.approx(means[best])

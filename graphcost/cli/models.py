@@ -216,15 +216,29 @@ def crossval_cmd(data: str, folds: int, model_name: str, sets: tuple[str, ...],
 @click.option("--against", multiple=True, required=True,
               type=click.Path(exists=True, dir_okay=False),
               help="a crossval result of the model compared with (one per seed); repeatable")
+@click.option("--heuristic", "heuristics", multiple=True,
+              type=click.Path(exists=True, dir_okay=False),
+              help="a crossval result of a heuristic baseline (e.g. --model moved-bytes); "
+                   "repeatable: the best of them is shown too, paired with RUNS")
 @json_option
-def compare_cmd(runs: tuple[str, ...], against: tuple[str, ...], json_path: str | None) -> None:
+def compare_cmd(runs: tuple[str, ...], against: tuple[str, ...], heuristics: tuple[str, ...],
+                json_path: str | None) -> None:
     """Paired comparison of two models' leave-family-out results (`crossval --json`, one
     file per seed on each side): per graph the mean over seeds, both means and the
-    difference RUNS − AGAINST over the same graphs, with bootstrap 95% intervals."""
+    difference RUNS − AGAINST over the same graphs, with bootstrap 95% intervals; and
+    with --heuristic, the same for RUNS − the best heuristic."""
     from graphcost.atomic import write_json
-    from graphcost.eval.crossval import compare_crossval, format_comparison, read_results
+    from graphcost.eval.crossval import (
+        best_heuristic,
+        compare_crossval,
+        format_comparison,
+        read_results,
+    )
 
-    c = compare_crossval(read_results(list(runs)), read_results(list(against)))
+    mine = read_results(list(runs))
+    c = compare_crossval(mine, read_results(list(against)))
+    if heuristics:
+        c["heuristic"] = best_heuristic(mine, read_results(list(heuristics)))
     click.echo(format_comparison(c))
     if json_path:
         write_json(c, json_path)

@@ -54,7 +54,9 @@ def plot_learning_curves(runs: list[RunResult], path: Path, title: str) -> Path:
         if not r.history:
             continue
         epochs = [h["epoch"] for h in r.history]
-        ax_loss.plot(epochs, [h["train_loss"] for h in r.history], marker=".", label=r.model)
+        if "train_loss" in r.history[0]:  # a heuristic baseline has no loss
+            ax_loss.plot(epochs, [h["train_loss"] for h in r.history], marker=".",
+                         label=r.model)
         if "valid_score" in r.history[0]:
             ax_val.plot(epochs, [h["valid_score"] for h in r.history], marker=".", label=r.model)
     ax_loss.set(xlabel="epoch", ylabel="train loss", title="training loss")
@@ -62,7 +64,8 @@ def plot_learning_curves(runs: list[RunResult], path: Path, title: str) -> Path:
                title="validation score (τ; tile: 2 − top-5 ratio)")
     for ax in (ax_loss, ax_val):
         ax.grid(alpha=0.3)
-        ax.legend()
+        if ax.get_legend_handles_labels()[0]:  # a heuristic alone draws no loss line
+            ax.legend()
     fig.suptitle(title)
     return _save(fig, path)
 
@@ -127,14 +130,14 @@ def summary_rows(runs: list[RunResult], noise: dict[str, float] | None = None) -
 
 def format_table(rows: list[dict]) -> str:
     """The comparison table printed by the demo."""
-    head = (f"{'collection':22} {'model':11} {'graphs':>6}  {'kendall τ [95% CI]':>26}  "
+    head = (f"{'collection':22} {'model':14} {'graphs':>6}  {'kendall τ [95% CI]':>26}  "
             f"{'OPA':>6} {'slowdown@1':>10} {'score':>7} {'noise ceiling τ':>15}")
     lines = [head, "-" * len(head)]
     for r in rows:
         t = r["kendall_tau"]
         ceiling = r["noise_ceiling_tau"]
         lines.append(
-            f"{r['collection']:22} {r['model']:11} {r['graphs']:6d}  "
+            f"{r['collection']:22} {r['model']:14} {r['graphs']:6d}  "
             f"{t['mean']:8.3f} [{t['lo']:6.3f}, {t['hi']:6.3f}]  "
             f"{r['opa']['mean']:6.3f} {r['slowdown@1']['mean']:10.3f} {r['score']['mean']:7.3f} "
             f"{'n/a' if ceiling is None else f'{ceiling:.3f}':>15}")
