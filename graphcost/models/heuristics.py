@@ -25,7 +25,7 @@ from dataclasses import dataclass
 
 import numpy as np
 import torch
-from torch import Tensor, nn
+from torch import Tensor
 
 from graphcost.errors import UserError
 from graphcost.models.base import Batch, GraphTensors, RankingNet, pool_own
@@ -136,45 +136,70 @@ class DefaultFirst(Heuristic):
 
 
 class ConfigOnly(Heuristic):
-    r"""A linear model of log runtime on the (standardised) config features alone:
+    r"""A linear model of log runtime on the config features alone, each knob one-hot:
 
-    .. math:: s(c) = w^\top x_c, \quad
-              w = \arg\min_w \sum_g \sum_{c \in g}
-              \big(\tilde y_{g,c} - w^\top \tilde x_{g,c}\big)^2 + \lambda n \lVert w\rVert^2
+    .. math:: s(c) = \sum_j \sum_{v \in V_j} w_{j,v}\,[x_{c,j} = v] + u^\top x_c, \quad
+              (w, u) = \arg\min \sum_g \sum_{c \in g}
+              \big(\tilde y_{g,c} - \tilde\phi_{g,c}^\top (w, u)\big)^2
+              + \lambda n \lVert (w, u) \rVert^2
 
-    where ỹ and x̃ are log runtime and features centred within each graph (only the
-    order within a graph matters, so per-graph offsets are left out) and n is the number
-    of configs. It sees no graph: what it ranks well, a knob's effect that holds in
-    every program, needs no graph network.
+    A column with at most `LEVELS` distinct values in training (an option's choice) gets
+    one weight per value V_j, so a knob's choices need not be ordered; a column with more
+    (tile sizes) enters linearly through u. ỹ and φ̃ are log runtime and these features
+    centred within each graph (only the order within a graph matters), n the number of
+    configs. It sees no graph: what it ranks well, a knob's effect that holds in every
+    program, needs no graph network.
     """
 
     kinds = ("tile",)
+    LEVELS = 16  # most distinct values a column may have to be one-hot
 
     def __init__(self, kind: str, s: ConfigOnlySettings, node_dim: int, config_dim: int):
         super().__init__(kind, s, node_dim, config_dim)
         self.ridge = s.ridge
-        self.linear = nn.Linear(config_dim, 1, bias=False).requires_grad_(False)
-        nn.init.zeros_(self.linear.weight)  # unfitted: every config tied
+        # fixed shapes, so that a saved model loads into a fresh one: NaN never matches
+        self.register_buffer("levels", torch.full((config_dim, self.LEVELS), float("nan")))
+        self.register_buffer("level_weight", torch.zeros(config_dim, self.LEVELS))
+        self.register_buffer("linear_weight", torch.zeros(config_dim))  # unfitted: all tied
+
+    def features(self, x: Tensor) -> Tensor:
+        """(..., d) config features → (..., d·LEVELS + d): the one-hot levels, then the
+        columns that enter linearly (0 where a column is one-hot)."""
+        one_hot = (x[..., None] == self.levels).flatten(-2).to(x.dtype)
+        linear = x * torch.isnan(self.levels[:, 0]).to(x.dtype)
+        return torch.cat([one_hot, linear], -1)
 
     def forward(self, b: Batch) -> Tensor:
-        return self.linear(b.config)[..., 0]
+        return self.features(b.config) @ torch.cat([self.level_weight.flatten(),
+                                                    self.linear_weight])
 
     def fit_closed_form(self, graphs: Iterable[GraphTensors]) -> str:
-        xs, ys = [], []
+        kept = []
         for g in graphs:
-            x, y = g.tile_configs.double().numpy(), np.asarray(g.runtime, np.float64)
+            x, y = g.tile_configs.double(), np.asarray(g.runtime, np.float64)
             ok = np.isfinite(y) & (y > 0)
-            if ok.sum() < 2:
-                continue
-            x, y = x[ok], np.log(y[ok])
-            xs.append(x - x.mean(0))
-            ys.append(y - y.mean())
-        if not xs:
+            if ok.sum() >= 2:
+                kept.append((x[torch.from_numpy(ok)], np.log(y[ok])))
+        if not kept:
             raise UserError("model config-only: no train graph has two configs with "
                             "positive runtimes to fit")
-        x, y = np.concatenate(xs), np.concatenate(ys)
-        a = x.T @ x + self.ridge * x.shape[0] * np.eye(x.shape[1])
-        w = np.linalg.lstsq(a, x.T @ y, rcond=None)[0]  # λ = 0 may leave a singular a
-        self.linear.weight.copy_(torch.from_numpy(w).float()[None])
-        return (f"least squares of log runtime on {x.shape[1]} config features over "
-                f"{x.shape[0]} configs of {len(xs)} graphs, solved once: no optimiser steps")
+        every = torch.cat([x for x, _ in kept])
+        for j in range(every.shape[1]):
+            values = torch.unique(every[:, j])
+            if len(values) <= self.LEVELS:
+                self.levels[j, :len(values)] = values.float()
+        phis, ys = [], []
+        for x, y in kept:
+            phi = self.features(x.float()).double().numpy()
+            phis.append(phi - phi.mean(0))
+            ys.append(y - y.mean())
+        phi, y = np.concatenate(phis), np.concatenate(ys)
+        a = phi.T @ phi + self.ridge * phi.shape[0] * np.eye(phi.shape[1])
+        w = torch.from_numpy(np.linalg.lstsq(a, phi.T @ y, rcond=None)[0]).float()
+        self.level_weight.copy_(w[:self.levels.numel()].reshape(self.levels.shape))
+        self.linear_weight.copy_(w[self.levels.numel():])
+        one_hot = int((~torch.isnan(self.levels)).sum())
+        return (f"least squares of log runtime on {one_hot} one-hot knob values and "
+                f"{int(torch.isnan(self.levels[:, 0]).sum())} linear config features over "
+                f"{phi.shape[0]} configs of {len(kept)} graphs, solved once: no optimiser "
+                "steps")
