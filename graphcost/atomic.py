@@ -12,6 +12,8 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import IO, Any
 
+import psutil
+
 from graphcost.errors import UserError
 
 #: a full disk or quota: `atomic_open` turns these into a UserError naming the file
@@ -66,20 +68,10 @@ def remove_dead_writers_parts(folder: str | Path) -> list[Path]:
     host = _writer().split("@", 1)[1]
     for part in Path(folder).glob(".*.part"):
         pid, _, on = part.name.rsplit(".", 3)[1].partition("@")
-        if on == host and pid.isdigit() and not _alive(int(pid)):
+        if on == host and pid.isdigit() and not psutil.pid_exists(int(pid)):
             part.unlink(missing_ok=True)
             removed.append(part)
     return removed
-
-
-def _alive(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:  # alive, another user's
-        return True
-    return True
 
 
 def write_text(text: str, path: str | Path) -> Path:
