@@ -182,20 +182,29 @@ def run_demo(out_dir: str | Path = "runs/demo", data: str | Path | None = None,
 
 
 def crossval_summary(path: Path) -> str:
-    """The stored leave-family-out comparison of the ranker with the official baselines
-    on the bundled collections (what the test split above cannot show: programs of
-    families never trained on), with the commands that reproduce it."""
+    """The stored leave-family-out comparisons of the ranker with the official baselines
+    and with the best heuristic baseline on the bundled collections (what the test split
+    above cannot show: programs of families never trained on), with the commands that
+    reproduce them."""
     stored = json.loads(path.read_text())
     lines = [f"On programs of families never trained on ({stored['what']}; measured at "
              f"{stored['commit']}, see {stored['details']}):"]
-    for c in stored["comparisons"]:
-        d = MeanCI(**c["difference"])
-        lines.append(f"  {c['collection']:<20} {c['runs']['model']} "
-                     f"{c['runs']['mean']['mean']:.3f} vs {c['against']['model']} "
-                     f"{c['against']['mean']['mean']:.3f}: difference {d.mean:+.3f} "
-                     f"[{d.lo:+.3f}, {d.hi:+.3f}] over {c['graphs']} graphs")
+    lines += [_comparison_line(c) for c in stored["comparisons"]]
     lines += [f"  reproduce: {cmd}" for cmd in stored["commands"]]
+    heuristics = stored.get("heuristics")
+    if heuristics:
+        lines.append(f"Against what needs no learning ({heuristics['what']}; measured at "
+                     f"{heuristics['commit']}):")
+        lines += [_comparison_line(c) for c in heuristics["comparisons"]]
+        lines += [f"  reproduce: {cmd}" for cmd in heuristics["commands"]]
     return "\n".join(lines)
+
+
+def _comparison_line(c: dict) -> str:
+    d = MeanCI(**c["difference"])
+    return (f"  {c['collection']:<20} {c['runs']['model']} {c['runs']['mean']['mean']:.3f} vs "
+            f"{c['against']['model']} {c['against']['mean']['mean']:.3f}: difference "
+            f"{d.mean:+.3f} [{d.lo:+.3f}, {d.hi:+.3f}] over {c['graphs']} graphs")
 
 
 def report_run(run_dir: str | Path, out_dir: str | Path | None = None,

@@ -60,14 +60,19 @@ def test_demo_summary_of_the_stored_crossval_names_every_bundled_collection():
     from graphcost.data.collection import find_collections
     from graphcost.data.inspect import sample_root
     from graphcost.demo import crossval_summary
+    from graphcost.models.model import model_names
 
     path = sample_root() / "crossval.json"
     stored = json.loads(path.read_text())
     text = crossval_summary(path)
     bundled = set(find_collections(sample_root() / "npz"))
     assert {c["collection"] for c in stored["comparisons"]} == bundled
-    for c in stored["comparisons"]:
+    heuristics = stored["heuristics"]["comparisons"]  # the ranker against what needs no learning
+    assert {c["collection"] for c in heuristics} == bundled
+    for c in stored["comparisons"] + heuristics:
         # each line carries the stored paired difference, over the graphs both scored
-        assert f"difference {c['difference']['mean']:+.3f}" in text
+        assert (f"{c['against']['model']} {c['against']['mean']['mean']:.3f}: difference "
+                f"{c['difference']['mean']:+.3f}") in text
         assert c["graphs"] == c["difference"]["n"] > 0
+    assert {c["against"]["model"] for c in heuristics} <= set(model_names(learned=False))
     assert "graphcost crossval" in text and "graphcost compare" in text
