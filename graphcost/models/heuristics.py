@@ -63,6 +63,13 @@ def moved_layouts(b: Batch) -> Tensor:
     return (b.config.reshape(c, k, 3, 6) != -1).any(-1).float()
 
 
+def moved_cost(b: Batch, weight: Tensor) -> Tensor:
+    """(B, C): each config's moved layouts (`moved_layouts`), each costing its `weight`
+    (K, 3), summed over the configurable nodes of its graph."""
+    per_node = (moved_layouts(b) * weight).sum(-1, keepdim=True)  # (C, K, 1)
+    return pool_own("sum", per_node, b.config_graph, b.num_graphs)[..., 0].t()
+
+
 class FewestChanges(Heuristic):
     r"""Count the layouts a config moves away from the compiler's default:
 
@@ -78,8 +85,7 @@ class FewestChanges(Heuristic):
         return torch.ones_like(b.config_bytes)
 
     def forward(self, b: Batch) -> Tensor:
-        per_node = (moved_layouts(b) * self.weight(b)).sum(-1, keepdim=True)  # (C, K, 1)
-        return pool_own("sum", per_node, b.config_graph, b.num_graphs)[..., 0].t()
+        return moved_cost(b, self.weight(b))
 
 
 class MovedBytes(FewestChanges):
@@ -119,8 +125,7 @@ class DefaultFirst(Heuristic):
     def forward(self, b: Batch) -> Tensor:
         if self.kind == "tile":  # (B, C, 24) raw features
             return (~self.is_default(b.config)).float()
-        moved = moved_layouts(b).sum(-1, keepdim=True)
-        return (pool_own("sum", moved, b.config_graph, b.num_graphs)[..., 0].t() > 0).float()
+        return (moved_cost(b, torch.ones_like(b.config_bytes)) > 0).float()
 
     def fit_closed_form(self, graphs: Iterable[GraphTensors]) -> str:
         if self.kind == "tile":
