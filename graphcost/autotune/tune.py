@@ -362,6 +362,24 @@ def summarize(t: Tunable, measured: list[Measured], k: int, res: SearchResult,
         protocol=asdict(protocol), seconds={k_: round(v, 3) for k_, v in seconds.items()})
 
 
+def headroom_note(r: AutotuneResult) -> str:
+    """What the confirmation rounds say to a user: a speed-up worth keeping, or no
+    headroom worth tuning (the chosen config is within the rounds' noise of the default,
+    or is the default)."""
+    lo, hi = r.speedup_vs_default_ci
+    x = f"{r.speedup_vs_default:.3f}x [{lo:.3f}, {hi:.3f}]"
+    if r.chosen == 0:
+        return ("no headroom found: nothing the model chose beat the default when measured; "
+                "plain jax.jit is the best known here")
+    if lo > 1:
+        return f"confirmed speed-up over the default: {x} (95% interval over the rounds)"
+    if hi < 1:
+        return (f"the chosen config was slower than the default when timed again ({x}); "
+                "keep plain jax.jit")
+    return (f"no headroom worth tuning: the chosen config runs within the timing noise of "
+            f"the default ({x}); plain jax.jit is as good as anything found")
+
+
 def format_result(r: AutotuneResult) -> str:
     """The measurement table and the headline figures."""
     s, sc = r.search, r.scoring
@@ -395,4 +413,5 @@ def format_result(r: AutotuneResult) -> str:
                  f"{r.selection['speedup_vs_default']:.3f}x vs default, model top-1 "
                  f"{r.selection['top1_speedup']:.3f}x; Kendall tau on "
                  f"{sum(m.ok for m in r.measured)} measured: {r.tau:.3f}")
+    lines.append(headroom_note(r))
     return "\n".join(lines)

@@ -200,6 +200,57 @@ def bench_pool_cmd(model_path: str | None, data: str | None, kind: str, train_fa
         write_json(result, json_path)
 
 
+@bench.command("families")
+@click.argument("data", type=click.Path(exists=True, file_okay=False))
+@click.option("--out", "out_dir", type=click.Path(file_okay=False), required=True,
+              help="fold models (OUT/<model>-<seed>) and confirmed rows; a rerun reuses them")
+@click.option("--model", "model_name", default="ranker", show_default=True)
+@click.option("--seeds", default="0,1,2", show_default=True,
+              help="one leave-family-out model per fold and seed, comma-separated")
+@click.option("--folds", type=click.IntRange(min=2), default=5, show_default=True)
+@click.option("--k", type=click.IntRange(min=1), default=5, show_default=True,
+              help="Configs each strategy may measure besides the default.")
+@click.option("--set", "sets", multiple=True, metavar="KEY=VALUE",
+              help="a training or model setting, as for `graphcost crossval`; repeatable")
+@click.option("--epochs", type=int, default=None)
+@click.option("--families", default=None, help="only programs of these families (comma list)")
+@click.option("--confirm", is_flag=True,
+              help="compile the programs again and time every possible choice in fresh "
+                   "rounds; the table then comes from those rounds")
+@click.option("--runs", default=20, show_default=True, help="Timed calls per round.")
+@click.option("--warmup", default=3, show_default=True, help="Untimed calls first.")
+@click.option("--confirm-rounds", type=click.IntRange(min=2), default=5, show_default=True)
+@click.option("--core", type=CORE, default=None,
+              help="Pin to this core when confirming (default: the first one allowed).")
+@json_option
+def bench_families_cmd(data: str, out_dir: str, model_name: str, seeds: str, folds: int, k: int,
+                       sets: tuple[str, ...], epochs: int | None, families: str | None,
+                       confirm: bool, runs: int, warmup: int, confirm_rounds: int,
+                       core: int | None, json_path: str | None) -> None:
+    """Leave-family-out autotuning: every program tuned from its stored pool by a model
+    that never saw its family, against the pool's best, a portfolio, random-K and the
+    default; per family and per headroom."""
+    from graphcost.errors import UserError
+    from graphcost.train.settings import parse_settings
+
+    try:
+        seed_list = [int(x) for x in comma_list(seeds)]
+    except ValueError:
+        raise UserError(f"--seeds must be integers separated by commas, got {seeds!r}") from None
+    given = {"epochs": epochs} if epochs is not None else {}
+    settings, model_kw = parse_settings(sets, model_name, {"progress": False}, **given)
+    core = pin(core, no_pin=not confirm)
+    from graphcost.bench.families import bench_families, format_families
+    from graphcost.xla.measure import Protocol
+
+    result = bench_families(data, out_dir, model_name, seed_list, k, folds, settings, model_kw,
+                            comma_list(families), confirm,
+                            Protocol(warmup, runs, confirm_rounds), core, log=click.echo)
+    click.echo(format_families(result))
+    if json_path:
+        write_json(result, json_path)
+
+
 @bench.command("scale")
 @click.option("--sizes", default="1000,10000,50000,200000", show_default=True,
               help="graph sizes in nodes, comma-separated")

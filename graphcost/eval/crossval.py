@@ -101,7 +101,8 @@ def crossvalidate(data: str | Path, model: str = "ranker", folds: int = 5,
                   valid_fraction: float = 0.15, group: str = "family",
                   log: Callable[[str], None] | None = None) -> dict:
     """Train and evaluate one model per fold; return per-fold and per-graph figures and
-    the overall means with 95% intervals (every graph scored once, by its fold's model).
+    the overall means with 95% intervals (every graph scored once, by its fold's model;
+    each graph row keeps its scores, `pred`, in config order).
 
     Fold runs go to `out_dir/fold-<i>` (a temporary folder when None). `log` receives a
     line before and after each fold. Bad input (no collection, folds < 2, more folds than
@@ -128,7 +129,7 @@ def crossvalidate(data: str | Path, model: str = "ranker", folds: int = 5,
             m, trained = train_model(fold.collection, model, run_dir, s, model_settings,
                                      overwrite=True)  # a rerun replaces its folds
             report = evaluate_model(m, fold.collection, "test", chunk_size=s.chunk_size,
-                                    device=s.device)
+                                    device=s.device, keep_predictions=True)
             for name, row in report["graphs"].items():
                 result["graphs"][name] = {"fold": fold.index, "family": family_of(name), **row}
             row = {"fold": fold.index, "held_out": fold.held_out, "valid": fold.valid,

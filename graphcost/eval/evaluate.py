@@ -19,7 +19,8 @@ from graphcost.models.scorer import score_graph
 def evaluate_model(model: Model | str | Path, data: str | Path | Collection,
                    split: str | None = None, max_configs: int = 0, chunk_size: int = 1024,
                    device: str = "cpu",
-                   indices: Mapping[str, Sequence[int]] | None = None) -> dict:
+                   indices: Mapping[str, Sequence[int]] | None = None,
+                   keep_predictions: bool = False) -> dict:
     """Metrics of a model on every graph of a split, with bootstrap 95% intervals.
 
     `split=None` scores `test` when its files have runtimes, else `valid`
@@ -30,6 +31,8 @@ def evaluate_model(model: Model | str | Path, data: str | Path | Collection,
     as the official `eval_indices/*.json`, `load_eval_indices`) scores exactly those
     configs of each graph; a graph it lacks is an error. `data` may be a `Collection`
     with caller-chosen splits (a cross-validation fold's held-out files).
+    `keep_predictions` adds each graph's scores to its row (`pred`, config order): what
+    an autotuning benchmark picks configs by.
     """
     m = as_model(model, device)
     coll = data if isinstance(data, Collection) else open_collection(data)
@@ -55,6 +58,9 @@ def evaluate_model(model: Model | str | Path, data: str | Path | Collection,
                             f"problem: {coll.skipped[0]}")
         notes.append(f"warning: {len(coll.skipped)} files left out, e.g. {coll.skipped[0]}")
     report = evaluate_graphs(coll.kind, preds, runtimes)
+    if keep_predictions:
+        for name, row in report["graphs"].items():
+            row["pred"] = [float(v) for v in preds[name]]
     report.update(collection=coll.name, split=split, model=m.name, notes=notes)
     return report
 

@@ -1,0 +1,416 @@
+"""`graphcost bench families`: leave-family-out autotuning, every family of a collection.
+
+Each program of a measured collection (e.g. the bundled `options:cpu`) already has an
+exhaustive pool: every one of its sampled configs was timed when the collection was
+collected. Every program is tuned by a model that never saw its family (the folds of
+`graphcost crossval`, one model per fold and seed), and each strategy picks from the
+program's pool by the stored runtimes with the same measurement budget K:
+- `pool`: the fastest config of the pool (exhaustive measurement);
+- `model`: the fastest of the model's K best-scored configs;
+- `portfolio`: the fastest of the K configs a rule that reads no program ranks first
+  (options: `config-only`, a fixed ranking of option sets fitted to the training
+  families; layout: the best layout heuristic, `fewest-changes` or `moved-bytes`);
+- `random`: the fastest of K configs drawn at random, as the exact expectation over
+  every draw of its log speed-up (`expected_choice`);
+- `default`: the compiler's choice.
+The default is measured by every strategy and kept when nothing measured beats it.
+
+The stored runtimes chose the winners, so they flatter them. With `confirm` the
+programs are compiled again and every config a strategy can end on (the default, every
+config measured faster than it, every model's and the portfolio's choice) is timed in
+fresh interleaved rounds; the headline figures come from those rounds only: each
+strategy's confirmed speed-up over the default, random-K's as the expectation over
+draws of the log of each draw's choice's confirmed speed-up (so that it is a
+geometric mean, as every other figure). A program's *headroom* is the
+confirmed speed-up of the pool's best (the stored one without `confirm`).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import math
+from collections.abc import Callable, Sequence
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from graphcost.bench.autotune import geomean_ci
+from graphcost.data.collection import open_collection
+from graphcost.data.families import family_of
+from graphcost.errors import UserError
+from graphcost.eval.crossval import crossvalidate, pooled_files, read_results
+from graphcost.formats.npz import LayoutGraph, read_graph
+from graphcost.train.settings import TrainSettings
+from graphcost.xla.measure import Protocol
+
+STRATEGIES = ("pool", "model", "portfolio", "random", "default")
+PORTFOLIOS = {"tile": ("config-only",), "layout": ("fewest-changes", "moved-bytes")}
+HEADROOM = ((0.0, 1.05, "< 5%"), (1.05, 1.10, "5-10%"), (1.10, math.inf, ">= 10%"))
+
+
+def fold_runs(data: str | Path, model: str, seeds: Sequence[int], out: Path,
+              settings: TrainSettings, folds: int, log: Callable[[str], Any],
+              model_settings: dict[str, Any] | None = None) -> list[dict]:
+    """One crossval result per seed (`out/<model>-<seed>/crossval.json`), reused when
+    already there: a rerun of the benchmark trains nothing twice."""
+    runs = []
+    for seed in seeds:
+        run_dir = out / f"{model}-{seed}"
+        path = run_dir / "crossval.json"
+        if path.exists():
+            log(f"{model} seed {seed}: reusing {path}")
+        else:
+            log(f"{model} seed {seed}: training {folds} leave-family-out folds")
+            crossvalidate(data, model, folds, dataclasses.replace(settings, seed=seed),
+                          model_settings, out_dir=run_dir, seed=seed, log=log)
+        run = read_results([path])[0]
+        asked = dataclasses.asdict(dataclasses.replace(settings, seed=seed))
+        wanted = {"collection": open_collection(data).name, "model": model, "folds": folds,
+                  "model_settings": model_settings or {},
+                  "settings": json.loads(json.dumps(asked))}  # as the file holds them
+        differ = [key for key, v in wanted.items() if run.get(key) != v]
+        if differ:
+            raise UserError(f"{path} was made with another {', '.join(differ)} than this run "
+                            "asks for; give another --out, or delete it to train again")
+        if any("pred" not in g for g in run["graphs"].values()):
+            raise UserError(f"{path} has no per-config predictions (written by an older "
+                            "graphcost); delete it to train again")
+        runs.append(run)
+    return runs
+
+
+def default_index(g: Any) -> int:
+    """The default config's row: no layout set (every feature −1) or every knob unset."""
+    from graphcost.xla.configs import default_options, option_features
+
+    if isinstance(g, LayoutGraph):
+        rows = np.all(np.asarray(g.node_config_feat) == -1, axis=(1, 2))
+    else:
+        rows = np.all(np.asarray(g.config_feat) == option_features(default_options()), axis=1)
+    found = np.flatnonzero(rows)
+    if not found.size:
+        raise UserError(f"{g.name}: no default config among its {g.num_configs} configs; "
+                        "a pool without the default cannot say what tuning gains")
+    return int(found[0])
+
+
+def top_picks(pred: Sequence[float], default: int, k: int) -> list[int]:
+    """The K best-scored configs other than the default (ties: first in the file)."""
+    order = np.argsort(np.asarray(pred, dtype=np.float64), kind="stable")
+    return [int(i) for i in order if i != default][:k]
+
+
+def expected_choice(runtime: np.ndarray, default: int, k: int,
+                    value: np.ndarray | None = None) -> float:
+    """E[value of the config random search with K draws ends on]: each draw of K pool
+    configs (the default excluded) keeps its fastest by `runtime`, or the default when
+    none beats it; `value` (default: `runtime`) is what is averaged, e.g. the same
+    configs' confirmed runtimes. The j-th fastest is a draw's fastest with probability
+    C(n-1-j, k-1) / C(n, k)."""
+    value = runtime if value is None else value
+    others = [i for i in range(len(runtime)) if i != default and np.isfinite(runtime[i])]
+    others.sort(key=lambda i: (runtime[i], i))
+    n, k = len(others), min(k, len(others))
+    if k < 1:
+        return float(value[default])
+    total = 0.0
+    for j, i in enumerate(others):
+        p = math.comb(n - 1 - j, k - 1) / math.comb(n, k)
+        total += p * (value[i] if runtime[i] < runtime[default] else value[default])
+    return float(total)
+
+
+def program_row(name: str, g: Any, preds: list[list[float]], portfolio: list[float],
+                k: int) -> dict[str, Any]:
+    """One program's picks and stored speed-ups over the default (model: per seed)."""
+    rt = np.asarray(g.config_runtime, dtype=np.float64)
+    for p in [*preds, portfolio]:
+        if len(p) != len(rt):
+            raise UserError(f"{name}: {len(p)} predictions for its {len(rt)} configs (the "
+                            "fold results are of another version of the collection)")
+    d = default_index(g)
+    ok = np.isfinite(rt)
+    rt_ = np.where(ok, rt, np.nan)
+
+    def chosen(picks: Sequence[int]) -> int:
+        return best_of_default(picks, rt_, d)
+
+    choice = {"pool": chosen(range(len(rt))), "default": d,
+              "portfolio": chosen(top_picks(portfolio, d, k)),
+              "model": [chosen(top_picks(p, d, k)) for p in preds]}
+    speed = {s: float(rt[d] / rt[choice[s]]) for s in ("pool", "portfolio", "default")}
+    speed["model"] = float(np.exp(np.mean([np.log(rt[d] / rt[i]) for i in choice["model"]])))
+    speed["random"] = float(np.exp(expected_choice(rt_, d, k, np.log(rt[d] / rt_))))
+    return {"program": name, "family": family_of(name), "configs": int(len(rt)),
+            "default": d, "runtime_ns": [float(x) for x in rt], "choice": choice,
+            "stored": speed}
+
+
+def best_of_default(picks: Sequence[int], runtime: np.ndarray, default: int) -> int:
+    """The fastest measured pick (failed ones are NaN), or the default unless one is
+    faster."""
+    ids = [default] + [i for i in picks if np.isfinite(runtime[i])]
+    return min(ids, key=lambda i: (runtime[i], i != default, i))
+
+
+def stored_rows(data: str | Path, model_runs: list[dict], portfolio_run: dict,
+                k: int) -> list[dict[str, Any]]:
+    """Every program both sides scored, picked from its stored pool."""
+    files = pooled_files(open_collection(data))
+    rows = []
+    for name in sorted(files):
+        if name not in portfolio_run["graphs"] or any(name not in r["graphs"]
+                                                       for r in model_runs):
+            continue
+        g = read_graph(files[name])
+        rows.append(program_row(name, g, [r["graphs"][name]["pred"] for r in model_runs],
+                                portfolio_run["graphs"][name]["pred"], k))
+    return rows
+
+
+def stored_configs(t: Any, g: Any, coll_kind: str, seed: int, distinct: int) -> list[Any]:
+    """The configs of a program's stored pool, in row order, as `t.configs` takes them:
+    option knob codes read back into choices; layout plans sampled again exactly as the
+    collection sampled them (`config_rng`) and matched to the stored rows by features."""
+    if t.configs.kind == "options":
+        out = []
+        for row in np.asarray(g.config_feat):
+            try:
+                out.append(tuple(k.codes.index(float(code)) for k, code
+                                 in zip(t.configs.knobs, row, strict=False)))
+            except ValueError:
+                raise UserError(f"{g.name}: a stored config has a knob code this graphcost "
+                                "does not know (collected with other option knobs)") from None
+        return out
+    from graphcost.xla.configs import sample_layout_plans
+    from graphcost.xla.prepare import ATTEMPTS_PER_DISTINCT, config_rng
+
+    mode = coll_kind.rpartition(":")[2]
+    plans = sample_layout_plans(t.layout, distinct * ATTEMPTS_PER_DISTINCT, mode,
+                                config_rng(t.name, mode, seed))
+    by_feat = {t.configs.encode([p])[0].tobytes(): p for p in plans}
+    stored = np.asarray(g.node_config_feat, dtype=np.float32)
+    if stored.shape[1] != len(t.configs.points):
+        raise UserError(f"{g.name}: {stored.shape[1]} configurable nodes stored, "
+                        f"{len(t.configs.points)} found now (compiled by another XLA?)")
+    out = [by_feat.get(row.tobytes()) for row in stored]
+    if any(p is None for p in out):
+        raise UserError(f"{g.name}: {sum(p is None for p in out)} stored layouts could not "
+                        "be sampled again (collected with another seed or graphcost)")
+    return out
+
+
+def confirm_set(row: dict[str, Any]) -> list[int]:
+    """Rows any strategy can end on: the default first, every config stored faster than
+    it (random search's possible choices) and each strategy's choice."""
+    rt, d = np.asarray(row["runtime_ns"]), row["default"]
+    c = row["choice"]
+    faster = [int(i) for i in np.flatnonzero(rt < rt[d])]
+    return list(dict.fromkeys([d, c["pool"], c["portfolio"], *c["model"], *faster]))
+
+
+def confirm_row(row: dict[str, Any], g: Any, coll_kind: str, seed: int, distinct: int,
+                protocol: Protocol, core: int | None, k: int) -> dict[str, Any]:
+    """Time the row's `confirm_set` again in fresh interleaved rounds; each strategy's
+    confirmed speed-up over the default (the geometric mean over rounds, with its 95%
+    interval for the model's choices)."""
+    from graphcost.autotune.program import measure, prepare
+    from graphcost.autotune.tune import ratio_interval
+    from graphcost.xla.programs import make_program
+
+    family, _, index = row["program"].rpartition(".")
+    name, fn, args = make_program(family, int(index))
+    t = prepare(name, fn, args, "layout" if coll_kind.startswith("layout") else "options")
+    configs = stored_configs(t, g, coll_kind, seed, distinct)
+    ids = confirm_set(row)
+    results = measure(t, [configs[i] for i in ids], protocol, core)
+    failed = [i for i, r in zip(ids, results, strict=True) if not r.ok]
+    if failed:
+        raise RuntimeError(f"{name}: stored configs {failed} failed when timed again")
+    rounds = {i: r.rounds_ns for i, r in zip(ids, results, strict=True)}
+    d = row["default"]
+    speed = {i: ratio_interval(rounds[d], rounds[i]) for i in ids}
+    c = row["choice"]
+    rt = np.asarray(row["runtime_ns"], dtype=np.float64)
+    log_speed = np.zeros(len(rt))
+    for i in ids:
+        log_speed[i] = math.log(speed[i][0])
+    out = {s: speed[c[s]][0] for s in ("pool", "portfolio", "default")}
+    out["model"] = float(np.exp(np.mean([log_speed[i] for i in c["model"]])))
+    out["random"] = float(np.exp(expected_choice(rt, d, k, log_speed)))
+    return {**row, "confirmed": out, "confirm_rounds": protocol.rounds,
+            "model_ci": [list(speed[i]) for i in c["model"]],
+            "confirmed_configs": len(ids)}
+
+
+def headroom_of(row: dict[str, Any]) -> float:
+    """The pool best's speed-up over the default: confirmed when timed again."""
+    return row.get("confirmed", row["stored"])["pool"]
+
+
+def figures(rows: list[dict[str, Any]], source: str) -> dict[str, Any]:
+    """Geometric means over programs with 95% intervals: each strategy's speed-up over
+    the default, the model's over random-K and over the portfolio, and the share of the
+    pool's log speed-up the model reaches (a ratio of sums, bootstrapped over programs)."""
+    out: dict[str, Any] = {"programs": len(rows)}
+    if not rows:
+        return out
+    v = {s: np.array([r[source][s] for r in rows]) for s in STRATEGIES}
+    for s in STRATEGIES:
+        out[s] = geomean_ci(v[s])
+    out["model_vs_random"] = geomean_ci(v["model"] / v["random"])
+    out["model_vs_portfolio"] = geomean_ci(v["model"] / v["portfolio"])
+    logs = np.log(np.stack([v["model"], v["pool"]], axis=1))
+    if logs[:, 1].sum() > 0:
+        share = logs[:, 0].sum() / logs[:, 1].sum()
+        rng = np.random.default_rng(0)
+        boot = [logs[j, 0].sum() / logs[j, 1].sum() for j in
+                (rng.integers(0, len(rows), len(rows)) for _ in range(1000))
+                if logs[j, 1].sum() > 0]
+        lo, hi = np.percentile(boot, [2.5, 97.5])
+        out["model_share_of_pool"] = [float(share), float(lo), float(hi)]
+    return out
+
+
+def summarize_rows(rows: list[dict[str, Any]]) -> dict[str, Any]:
+    """Figures over every program, per family and per headroom bucket; confirmed ones
+    when the rows were timed again, else stored ones."""
+    source = "confirmed" if rows and all("confirmed" in r for r in rows) else "stored"
+    out: dict[str, Any] = {"source": source, "all": figures(rows, source), "families": {},
+                           "headroom": {}}
+    for fam in sorted({r["family"] for r in rows}):
+        out["families"][fam] = figures([r for r in rows if r["family"] == fam], source)
+    for lo, hi, label in HEADROOM:
+        out["headroom"][label] = figures([r for r in rows if lo <= headroom_of(r) < hi],
+                                         source)
+    if source == "confirmed":  # the model's choice slower than the default beyond noise
+        out["model_slower_than_default"] = sorted(
+            r["program"] for r in rows if any(ci[2] < 1 for ci in r["model_ci"]))
+    return out
+
+
+def _manifest_spec(root: Path) -> dict[str, Any]:
+    """How the collection was sampled (seed, configs per program), which re-creating its
+    layout plans needs; the bundled defaults when the manifest is missing."""
+    path = Path(root).parent / "manifest.json" if not (Path(root) / "manifest.json").exists() \
+        else Path(root) / "manifest.json"
+    try:
+        spec = json.loads(path.read_text()).get("spec", {})
+    except (OSError, ValueError):
+        spec = {}
+    return {"seed": int(spec.get("seed", 0)), "num_configs": int(spec.get("num_configs", 24))}
+
+
+def bench_families(data: str | Path, out: str | Path, model: str = "ranker",
+                   seeds: Sequence[int] = (0, 1, 2), k: int = 5, folds: int = 5,
+                   settings: TrainSettings | None = None,
+                   model_settings: dict[str, Any] | None = None, families: Sequence[str] = (),
+                   confirm: bool = False, protocol: Protocol | None = None,
+                   core: int | None = None,
+                   log: Callable[[str], Any] | None = None) -> dict[str, Any]:
+    """The leave-family-out autotuning table of one collection (see the module
+    docstring). Fold models and confirmed rows are kept under `out`, so an interrupted
+    run resumes where it stopped."""
+    say = log or (lambda _msg: None)
+    if k < 1 or not seeds:
+        raise UserError(f"need k >= 1 and at least one seed, got k={k}, seeds={list(seeds)}")
+    coll = open_collection(data)
+    out = Path(out)
+    out.mkdir(parents=True, exist_ok=True)
+    s = settings or TrainSettings()
+    model_runs = fold_runs(data, model, seeds, out, s, folds, say, model_settings)
+    candidates = [fold_runs(data, name, [0], out, s, folds, say)[0]
+                  for name in PORTFOLIOS[coll.kind]]
+    portfolio = max(candidates, key=lambda r: np.nanmean([g["score"] for g in
+                                                          r["graphs"].values()]))
+    rows = stored_rows(data, model_runs, portfolio, k)
+    unknown = sorted(set(families) - {r["family"] for r in rows})
+    if unknown:
+        raise UserError(f"no program of {', '.join(unknown)} in {coll.name}")
+    if families:
+        rows = [r for r in rows if r["family"] in set(families)]
+    protocol = protocol or Protocol(rounds=5)
+    if confirm:
+        rows = confirm_rows(rows, coll, out, protocol, core, k, say)
+    return {"collection": coll.name, "data": str(Path(data).resolve()), "model": model,
+            "seeds": list(seeds), "k": k, "folds": folds, "portfolio": portfolio["model"],
+            "protocol": vars(protocol) if confirm else None, "core": core, "rows": rows,
+            "summary": summarize_rows(rows)}
+
+
+def confirm_rows(rows: list[dict[str, Any]], coll: Any, out: Path, protocol: Protocol,
+                 core: int | None, k: int, say: Callable[[str], Any]) -> list[dict[str, Any]]:
+    """`confirm_row` for every row; `out/confirmed.json` is rewritten (atomically) after
+    each program, and programs already there are reused: a crash loses one at most."""
+    from graphcost.atomic import write_json
+
+    log_path = out / "confirmed.json"
+    done: dict[str, dict[str, Any]] = {}
+    if log_path.exists():
+        try:
+            done = json.loads(log_path.read_text())
+        except ValueError:
+            raise UserError(f"{log_path} is not JSON; delete it to time every program "
+                            "again") from None
+    files = pooled_files(coll)
+    spec = _manifest_spec(coll.root)
+    confirmed = []
+    for n, row in enumerate(rows, 1):
+        prior = done.get(row["program"])
+        if prior and prior["choice"] == row["choice"] and prior["confirm_rounds"] == \
+                protocol.rounds:
+            confirmed.append(prior)
+            continue
+        g = read_graph(files[row["program"]])
+        r = confirm_row(row, g, coll.name, spec["seed"], spec["num_configs"], protocol, core, k)
+        done[r["program"]] = r
+        write_json(done, log_path)
+        confirmed.append(r)
+        c = r["confirmed"]
+        say(f"[{n}/{len(rows)}] {r['program']:22} confirmed vs default: pool "
+            f"{c['pool']:.3f}x model {c['model']:.3f}x portfolio {c['portfolio']:.3f}x "
+            f"random-{k} {c['random']:.3f}x ({r['confirmed_configs']} configs timed)")
+    return confirmed
+
+
+def _ci(v: Sequence[float] | None) -> str:
+    return f"{v[0]:.3f} [{v[1]:.3f}, {v[2]:.3f}]" if v else "-"
+
+
+def format_families(result: dict[str, Any]) -> str:
+    """Per family, per headroom bucket and overall: geometric-mean speed-ups over the
+    default of each strategy, and the model against random-K and the portfolio."""
+    s = result["summary"]
+    k = result["k"]
+    head = (f"{'':24} {'n':>3} {'pool best':>9} {'model':>7} {'portfolio':>9} "
+            f"{'random-' + str(k):>9} {'model/random':>12} {'model/portf.':>12}")
+
+    def line(label: str, f: dict[str, Any]) -> str:
+        if not f["programs"]:
+            return f"{label:24} {0:>3}"
+        return (f"{label:24} {f['programs']:>3} {f['pool'][0]:>8.3f}x {f['model'][0]:>6.3f}x "
+                f"{f['portfolio'][0]:>8.3f}x {f['random'][0]:>8.3f}x "
+                f"{f['model_vs_random'][0]:>11.3f}x {f['model_vs_portfolio'][0]:>11.3f}x")
+
+    lines = [f"{result['collection']}: {result['model']} (seeds {result['seeds']}, "
+             f"{result['folds']}-fold leave-family-out) against portfolio "
+             f"{result['portfolio']}, random-{k} and the pool's best; K = {k}; "
+             f"{s['source']} runtimes, geometric means of speed-ups over the default", head]
+    lines += [line(fam, f) for fam, f in s["families"].items()]
+    lines += ["by headroom (the pool best's speed-up over the default):"]
+    lines += [line(label, f) for label, f in s["headroom"].items()]
+    lines += [line("all", s["all"])]
+    for label, f in [("all", s["all"]), *s["headroom"].items()]:
+        if f["programs"] < 2:
+            continue
+        lines.append(f"{label}: model {_ci(f['model'])}, random-{k} {_ci(f['random'])}, "
+                     f"portfolio {_ci(f['portfolio'])}; model/random {_ci(f['model_vs_random'])}"
+                     f", model/portfolio {_ci(f['model_vs_portfolio'])}; share of the pool's "
+                     f"log speed-up {_ci(f.get('model_share_of_pool'))} (95% intervals)")
+    if "model_slower_than_default" in s:
+        slow = s["model_slower_than_default"]
+        lines.append(f"model's choice slower than the default beyond the rounds' noise: "
+                     f"{len(slow)} programs{': ' + ', '.join(slow) if slow else ''}")
+    return "\n".join(lines)
