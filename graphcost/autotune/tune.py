@@ -1,9 +1,17 @@
 """Autotune one JAX program with a trained model: search, measure the winners, report.
 
     program ─► optimized HLO graph ─► config space (layouts or compiler options)
-            ─► model-guided search (thousands of model scores, graph encoded once)
+            ─► the model ranks a fresh sample of configs (graph encoded once)
             ─► measure the model's top K, K random configs and the default together
             ─► chosen config (JSON) + speed-ups + Kendall τ on what was measured
+
+The model ranks `SAMPLES` configs, as many as a collection measures per program, and
+by default searches no further: the more candidates it ranks, the more its top K are
+its errors rather than fast configs. On the 21 options:cpu programs with ≥ 10% headroom,
+each tuned by a model that never saw its family, the best of the model's top 5 ran at
+1.35× the default's speed from a sample of 48, 1.25–1.29× from 512, 1.14–1.17× from
+2048 and 1.16× after a 4096-score search (`docs/results.md`). `evaluations` > `samples`
+still searches beyond the sample (`search`).
 
 A layout model scores layout plans, a tile model option configs (a tile model is
 taken to be trained on an `options:cpu` collection: both are 24 graph-level floats).
@@ -50,6 +58,8 @@ from graphcost.autotune.space import Config
 from graphcost.errors import UserError
 from graphcost.eval.metrics import kendall_tau, t_interval
 from graphcost.xla.measure import Protocol
+
+SAMPLES = 48  # configs the model ranks by default (see the module docstring)
 
 
 @dataclass
@@ -146,17 +156,19 @@ def scoring_rates(model: Any, graph: Any, encoded: np.ndarray, batch: int,
 
 
 def autotune(fn: Callable, args: Sequence[Any], model: Any, *, name: str | None = None,
-             k: int = 5, samples: int = 1024, evaluations: int = 4096, population: int = 16,
+             k: int = 5, samples: int | None = None, evaluations: int | None = None,
+             population: int = 16,
              round_size: int = 256, protocol: Protocol | None = None, seed: int = 0,
              core: int | None = None, compare_cache: bool = True, confirm_rounds: int = 5,
              batches: int = 1, log: Callable[[str], Any] | None = None) -> AutotuneResult:
     """Autotune `fn(*args)` with `model` (a `Model` or a saved model's path).
 
-    Searches with `evaluations` model scores (starting from `samples` sampled configs),
-    then measures the model's top `k`, `k` random configs and the default (pinned to
-    `core` if given; the protocol wants a pinned core). With `batches` > 1 the model's
-    `k` are measured in that many batches, the cost model fine-tuned on what was measured
-    before each later batch searches again. See the module docstring for exactly what
+    The model ranks `samples` sampled configs (default `SAMPLES`) and, when
+    `evaluations` > `samples`, searches on up to that many model scores; it then
+    measures the model's top `k`, `k` random configs and the default (pinned to `core`
+    if given; the protocol wants a pinned core). With `batches` > 1 the model's `k` are
+    measured in that many batches, the cost model fine-tuned on what was measured before
+    each later batch searches again. See the module docstring for exactly what
     the figures mean.
     """
     if k < 1 or batches < 1:
@@ -164,6 +176,8 @@ def autotune(fn: Callable, args: Sequence[Any], model: Any, *, name: str | None 
     if confirm_rounds < 2:
         raise UserError(f"confirm_rounds must be at least 2 (an interval needs two rounds), "
                         f"got {confirm_rounds}")
+    samples = samples or SAMPLES
+    evaluations = evaluations or samples
     protocol = protocol or Protocol()
     protocol.check()  # before the search, not when the first measurement fails
     say = log or (lambda _msg: None)

@@ -139,7 +139,7 @@ def geomean(x: Sequence[float]) -> float:
 
 
 def bench_autotune(programs: Sequence[str], model: Any, model_info: dict[str, Any], k: int = 5,
-                   samples: int = 1024, evaluations: int = 4096,
+                   samples: int | None = None, evaluations: int | None = None,
                    protocol: Protocol | None = None, seed: int = 0, core: int | None = None,
                    confirm_rounds: int = 5, batches: int = 1,
                    log: Callable[[str], Any] | None = None) -> dict[str, Any]:

@@ -47,6 +47,7 @@ from graphcost.xla.measure import Protocol
 
 STRATEGIES = ("pool", "model", "portfolio", "random", "default")
 PORTFOLIOS = {"tile": ("config-only",), "layout": ("fewest-changes", "moved-bytes")}
+SELECT_ROUNDS = 2  # confirmation rounds that choose among the search's fresh picks
 HEADROOM = ((0.0, 1.05, "< 5%"), (1.05, 1.10, "5-10%"), (1.10, math.inf, ">= 10%"))
 
 
@@ -211,11 +212,33 @@ def confirm_set(row: dict[str, Any]) -> list[int]:
     return list(dict.fromkeys([d, c["pool"], c["portfolio"], *c["model"], *faster]))
 
 
+def search_picks(t: Any, model: Any, k: int, samples: int, evaluations: int,
+                 seed: int) -> list[Any]:
+    """The K configs `graphcost autotune` would measure for the program: the model's best
+    of `samples` fresh configs (searched further when `evaluations` > `samples`), the
+    default excluded."""
+    from graphcost.autotune.costmodel import CostModel
+    from graphcost.autotune.search import search
+    from graphcost.xla.prepare import config_rng
+
+    rng = config_rng(t.name, "search", seed)
+    initial = t.configs.sample(samples, rng)
+    res = search(t.configs, CostModel(model, t, initial).scorer(), initial, rng,
+                 evaluations=evaluations)
+    default = t.configs.key(t.configs.default())
+    return [res.configs[j] for j in res.order() if t.configs.key(res.configs[j]) != default][:k]
+
+
 def confirm_row(row: dict[str, Any], g: Any, coll_kind: str, seed: int, distinct: int,
-                protocol: Protocol, core: int | None, k: int) -> dict[str, Any]:
-    """Time the row's `confirm_set` again in fresh interleaved rounds; each strategy's
-    confirmed speed-up over the default (the geometric mean over rounds, with its 95%
-    interval for the model's choices)."""
+                protocol: Protocol, core: int | None, k: int, model: Any = None,
+                samples: int = 48, evaluations: int = 48,
+                select_rounds: int = SELECT_ROUNDS) -> dict[str, Any]:
+    """Time the row's `confirm_set` again in fresh interleaved rounds, with `model`'s
+    `search_picks` when a model is given (the `search` strategy: configs beyond the
+    pool). The search's choice is the fastest of its picks and the default in the
+    first `select_rounds` rounds; every figure comes from the rounds after those: each
+    strategy's confirmed speed-up over the default (the geometric mean over rounds, with
+    its 95% interval for the model's choices)."""
     from graphcost.autotune.program import measure, prepare
     from graphcost.autotune.tune import ratio_interval
     from graphcost.xla.programs import make_program
@@ -225,13 +248,23 @@ def confirm_row(row: dict[str, Any], g: Any, coll_kind: str, seed: int, distinct
     t = prepare(name, fn, args, "layout" if coll_kind.startswith("layout") else "options")
     configs = stored_configs(t, g, coll_kind, seed, distinct)
     ids = confirm_set(row)
-    results = measure(t, [configs[i] for i in ids], protocol, core)
-    failed = [i for i, r in zip(ids, results, strict=True) if not r.ok]
+    key = t.configs.key
+    picks = search_picks(t, model, k, samples, evaluations, seed) if model is not None else []
+    timed = list(dict.fromkeys([key(configs[i]) for i in ids] + [key(x) for x in picks]))
+    by_key = {key(x): x for x in [*configs, *picks]}
+    results = dict(zip(timed, measure(t, [by_key[x] for x in timed], protocol, core),
+                       strict=True))
+    failed = [i for i in ids if not results[key(configs[i])].ok]
     if failed:
         raise RuntimeError(f"{name}: stored configs {failed} failed when timed again")
-    rounds = {i: r.rounds_ns for i, r in zip(ids, results, strict=True)}
     d = row["default"]
-    speed = {i: ratio_interval(rounds[d], rounds[i]) for i in ids}
+    base = np.asarray(results[key(configs[d])].rounds_ns)
+
+    def confirmed(x: Any) -> tuple[float, float, float]:
+        return ratio_interval(base[select_rounds:],
+                              np.asarray(results[x].rounds_ns)[select_rounds:])
+
+    speed = {i: confirmed(key(configs[i])) for i in ids}
     c = row["choice"]
     rt = np.asarray(row["runtime_ns"], dtype=np.float64)
     log_speed = np.zeros(len(rt))
@@ -240,9 +273,20 @@ def confirm_row(row: dict[str, Any], g: Any, coll_kind: str, seed: int, distinct
     out = {s: speed[c[s]][0] for s in ("pool", "portfolio", "default")}
     out["model"] = float(np.exp(np.mean([log_speed[i] for i in c["model"]])))
     out["random"] = float(np.exp(expected_choice(rt, d, k, log_speed)))
+    extra: dict[str, Any] = {}
+    if model is not None:  # chosen by the selection rounds, reported on the others
+        def selected(x: Any) -> float:
+            return float(np.exp(np.mean(np.log(results[x].rounds_ns[:select_rounds]))))
+
+        ok = [key(x) for x in picks if results[key(x)].ok]
+        best = min(ok, key=selected, default=None)
+        won = best is not None and selected(best) < selected(key(configs[d]))
+        out["search"] = confirmed(best)[0] if won else 1.0
+        extra = {"search_configs": [t.configs.to_json(x) for x in picks],
+                 "search_failed": len(picks) - len(ok)}
     return {**row, "confirmed": out, "confirm_rounds": protocol.rounds,
-            "model_ci": [list(speed[i]) for i in c["model"]],
-            "confirmed_configs": len(ids)}
+            "select_rounds": select_rounds, "model_ci": [list(speed[i]) for i in c["model"]],
+            "confirmed_configs": len(timed), **extra}
 
 
 def headroom_of(row: dict[str, Any]) -> float:
@@ -250,27 +294,39 @@ def headroom_of(row: dict[str, Any]) -> float:
     return row.get("confirmed", row["stored"])["pool"]
 
 
+def share_of_pool(arm: np.ndarray, pool: np.ndarray) -> list[float] | None:
+    """Σ log arm / Σ log pool over programs (the share of the pool's log speed-up
+    reached), with a bootstrap 95% interval over programs; None without headroom."""
+    logs = np.log(np.stack([arm, pool], axis=1))
+    if logs[:, 1].sum() <= 0:
+        return None
+    rng = np.random.default_rng(0)
+    boot = [logs[j, 0].sum() / logs[j, 1].sum() for j in
+            (rng.integers(0, len(logs), len(logs)) for _ in range(1000))
+            if logs[j, 1].sum() > 0]
+    lo, hi = np.percentile(boot, [2.5, 97.5])
+    return [float(logs[:, 0].sum() / logs[:, 1].sum()), float(lo), float(hi)]
+
+
 def figures(rows: list[dict[str, Any]], source: str) -> dict[str, Any]:
     """Geometric means over programs with 95% intervals: each strategy's speed-up over
-    the default, the model's over random-K and over the portfolio, and the share of the
-    pool's log speed-up the model reaches (a ratio of sums, bootstrapped over programs)."""
+    the default, the model's (and the search's) over random-K and over the portfolio,
+    and the share of the pool's log speed-up each reaches."""
     out: dict[str, Any] = {"programs": len(rows)}
     if not rows:
         return out
-    v = {s: np.array([r[source][s] for r in rows]) for s in STRATEGIES}
-    for s in STRATEGIES:
+    arms = [s for s in (*STRATEGIES, "search") if all(s in r[source] for r in rows)]
+    v = {s: np.array([r[source][s] for r in rows]) for s in arms}
+    for s in arms:
         out[s] = geomean_ci(v[s])
-    out["model_vs_random"] = geomean_ci(v["model"] / v["random"])
-    out["model_vs_portfolio"] = geomean_ci(v["model"] / v["portfolio"])
-    logs = np.log(np.stack([v["model"], v["pool"]], axis=1))
-    if logs[:, 1].sum() > 0:
-        share = logs[:, 0].sum() / logs[:, 1].sum()
-        rng = np.random.default_rng(0)
-        boot = [logs[j, 0].sum() / logs[j, 1].sum() for j in
-                (rng.integers(0, len(rows), len(rows)) for _ in range(1000))
-                if logs[j, 1].sum() > 0]
-        lo, hi = np.percentile(boot, [2.5, 97.5])
-        out["model_share_of_pool"] = [float(share), float(lo), float(hi)]
+    for s in {"model", "search"} & set(arms):
+        out[f"{s}_vs_random"] = geomean_ci(v[s] / v["random"])
+        out[f"{s}_vs_portfolio"] = geomean_ci(v[s] / v["portfolio"])
+        share = share_of_pool(v[s], v["pool"])
+        if share:
+            out[f"{s}_share_of_pool"] = share
+    if "search" in arms:  # configs beyond the pool: the search beat the pool's best
+        out["search_beats_pool"] = int((v["search"] > v["pool"]).sum())
     return out
 
 
@@ -307,13 +363,17 @@ def bench_families(data: str | Path, out: str | Path, model: str = "ranker",
                    seeds: Sequence[int] = (0, 1, 2), k: int = 5, folds: int = 5,
                    settings: TrainSettings | None = None,
                    model_settings: dict[str, Any] | None = None, families: Sequence[str] = (),
-                   confirm: bool = False, protocol: Protocol | None = None,
+                   confirm: bool = False, search: bool = True, samples: int | None = None,
+                   protocol: Protocol | None = None,
                    core: int | None = None,
                    log: Callable[[str], Any] | None = None) -> dict[str, Any]:
     """The leave-family-out autotuning table of one collection (see the module
     docstring). Fold models and confirmed rows are kept under `out`, so an interrupted
     run resumes where it stopped."""
+    from graphcost.autotune.tune import SAMPLES
+
     say = log or (lambda _msg: None)
+    samples = samples or SAMPLES
     if k < 1 or not seeds:
         raise UserError(f"need k >= 1 and at least one seed, got k={k}, seeds={list(seeds)}")
     coll = open_collection(data)
@@ -331,19 +391,48 @@ def bench_families(data: str | Path, out: str | Path, model: str = "ranker",
         raise UserError(f"no program of {', '.join(unknown)} in {coll.name}")
     if families:
         rows = [r for r in rows if r["family"] in set(families)]
-    protocol = protocol or Protocol(rounds=5)
+    protocol = protocol or Protocol(rounds=6)
     if confirm:
-        rows = confirm_rows(rows, coll, out, protocol, core, k, say)
+        if protocol.rounds < SELECT_ROUNDS + 2:
+            raise UserError(f"--confirm-rounds must be at least {SELECT_ROUNDS + 2}: the "
+                            f"search's choice is made in {SELECT_ROUNDS} rounds and an "
+                            "interval needs two more")
+        rows = confirm_rows(rows, coll, out, protocol, core, k, say,
+                            fold_model(model_runs[0]) if search else None, samples, samples)
     return {"collection": coll.name, "data": str(Path(data).resolve()), "model": model,
             "seeds": list(seeds), "k": k, "folds": folds, "portfolio": portfolio["model"],
             "protocol": vars(protocol) if confirm else None, "core": core, "rows": rows,
+            "samples": samples,
             "summary": summarize_rows(rows)}
 
 
+def fold_model(run: dict[str, Any]) -> Callable[[str], Any]:
+    """Program name -> the model of `run` (a crossval result) that never saw its family,
+    each fold's loaded once."""
+    from graphcost.models.model import Model
+
+    dirs = {f["fold"]: f["run_dir"] for f in run["fold_results"]}
+    cache: dict[int, Any] = {}
+
+    def model(program: str) -> Any:
+        fold = run["graphs"][program]["fold"]
+        if fold not in cache:
+            if not dirs.get(fold):
+                raise UserError(f"fold {fold} of the {run['model']} seed {run['seed']} "
+                                "result kept no model (crossval without --out)")
+            cache[fold] = Model.load(Path(dirs[fold]) / "model.pt")
+        return cache[fold]
+
+    return model
+
+
 def confirm_rows(rows: list[dict[str, Any]], coll: Any, out: Path, protocol: Protocol,
-                 core: int | None, k: int, say: Callable[[str], Any]) -> list[dict[str, Any]]:
-    """`confirm_row` for every row; `out/confirmed.json` is rewritten (atomically) after
-    each program, and programs already there are reused: a crash loses one at most."""
+                 core: int | None, k: int, say: Callable[[str], Any],
+                 model: Callable[[str], Any] | None = None, samples: int = 48,
+                 evaluations: int = 48) -> list[dict[str, Any]]:
+    """`confirm_row` for every row (with `model(program)`'s search picks when given);
+    `out/confirmed.json` is rewritten (atomically) after each program, and programs
+    already there are reused: a crash loses one at most."""
     from graphcost.atomic import write_json
 
     log_path = out / "confirmed.json"
@@ -360,18 +449,21 @@ def confirm_rows(rows: list[dict[str, Any]], coll: Any, out: Path, protocol: Pro
     for n, row in enumerate(rows, 1):
         prior = done.get(row["program"])
         if prior and prior["choice"] == row["choice"] and prior["confirm_rounds"] == \
-                protocol.rounds:
+                protocol.rounds and ("search" in prior["confirmed"]) == (model is not None):
             confirmed.append(prior)
             continue
         g = read_graph(files[row["program"]])
-        r = confirm_row(row, g, coll.name, spec["seed"], spec["num_configs"], protocol, core, k)
+        r = confirm_row(row, g, coll.name, spec["seed"], spec["num_configs"], protocol, core, k,
+                        model(row["program"]) if model else None, samples, evaluations)
         done[r["program"]] = r
         write_json(done, log_path)
         confirmed.append(r)
         c = r["confirmed"]
         say(f"[{n}/{len(rows)}] {r['program']:22} confirmed vs default: pool "
             f"{c['pool']:.3f}x model {c['model']:.3f}x portfolio {c['portfolio']:.3f}x "
-            f"random-{k} {c['random']:.3f}x ({r['confirmed_configs']} configs timed)")
+            f"random-{k} {c['random']:.3f}x"
+            + (f" search {c['search']:.3f}x" if "search" in c else "")
+            + f" ({r['confirmed_configs']} configs timed)")
     return confirmed
 
 
@@ -384,20 +476,25 @@ def format_families(result: dict[str, Any]) -> str:
     default of each strategy, and the model against random-K and the portfolio."""
     s = result["summary"]
     k = result["k"]
+    search = "search" in s["all"]
     head = (f"{'':24} {'n':>3} {'pool best':>9} {'model':>7} {'portfolio':>9} "
-            f"{'random-' + str(k):>9} {'model/random':>12} {'model/portf.':>12}")
+            f"{'random-' + str(k):>9} {'model/random':>12} {'model/portf.':>12}"
+            + (f" {'search':>7}" if search else ""))
 
     def line(label: str, f: dict[str, Any]) -> str:
         if not f["programs"]:
             return f"{label:24} {0:>3}"
         return (f"{label:24} {f['programs']:>3} {f['pool'][0]:>8.3f}x {f['model'][0]:>6.3f}x "
                 f"{f['portfolio'][0]:>8.3f}x {f['random'][0]:>8.3f}x "
-                f"{f['model_vs_random'][0]:>11.3f}x {f['model_vs_portfolio'][0]:>11.3f}x")
+                f"{f['model_vs_random'][0]:>11.3f}x {f['model_vs_portfolio'][0]:>11.3f}x"
+                + (f" {f['search'][0]:>6.3f}x" if search else ""))
 
     lines = [f"{result['collection']}: {result['model']} (seeds {result['seeds']}, "
              f"{result['folds']}-fold leave-family-out) against portfolio "
              f"{result['portfolio']}, random-{k} and the pool's best; K = {k}; "
-             f"{s['source']} runtimes, geometric means of speed-ups over the default", head]
+             f"{s['source']} runtimes, geometric means of speed-ups over the default"
+             + (f"; search: the model's best {k} of {result['samples']} fresh configs "
+                f"(seed {result['seeds'][0]}'s model)" if search else ""), head]
     lines += [line(fam, f) for fam, f in s["families"].items()]
     lines += ["by headroom (the pool best's speed-up over the default):"]
     lines += [line(label, f) for label, f in s["headroom"].items()]
@@ -405,12 +502,18 @@ def format_families(result: dict[str, Any]) -> str:
     for label, f in [("all", s["all"]), *s["headroom"].items()]:
         if f["programs"] < 2:
             continue
-        lines.append(f"{label}: model {_ci(f['model'])}, random-{k} {_ci(f['random'])}, "
-                     f"portfolio {_ci(f['portfolio'])}; model/random {_ci(f['model_vs_random'])}"
-                     f", model/portfolio {_ci(f['model_vs_portfolio'])}; share of the pool's "
-                     f"log speed-up {_ci(f.get('model_share_of_pool'))} (95% intervals)")
+        for arm in ("model", "search") if search else ("model",):
+            lines.append(f"{label}, {arm}: {_ci(f[arm])} vs random-{k} {_ci(f['random'])}, "
+                         f"portfolio {_ci(f['portfolio'])}; {arm}/random "
+                         f"{_ci(f[arm + '_vs_random'])}, {arm}/portfolio "
+                         f"{_ci(f[arm + '_vs_portfolio'])}; share of the pool's log speed-up "
+                         f"{_ci(f.get(arm + '_share_of_pool'))}")
+        if search:
+            lines.append(f"{label}: the search beat the pool's best on "
+                         f"{f['search_beats_pool']} of {f['programs']} programs")
     if "model_slower_than_default" in s:
         slow = s["model_slower_than_default"]
         lines.append(f"model's choice slower than the default beyond the rounds' noise: "
                      f"{len(slow)} programs{': ' + ', '.join(slow) if slow else ''}")
+    lines.append("(95% intervals over programs)")
     return "\n".join(lines)

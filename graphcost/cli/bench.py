@@ -217,16 +217,23 @@ def bench_pool_cmd(model_path: str | None, data: str | None, kind: str, train_fa
 @click.option("--confirm", is_flag=True,
               help="compile the programs again and time every possible choice in fresh "
                    "rounds; the table then comes from those rounds")
+@click.option("--no-search", is_flag=True,
+              help="when confirming, do not also time what `graphcost autotune` would pick "
+                   "beyond the pool")
+@click.option("--samples", type=click.IntRange(min=1), default=None,
+              help="fresh configs the search strategy's model ranks (default: autotune's)")
 @click.option("--runs", default=20, show_default=True, help="Timed calls per round.")
 @click.option("--warmup", default=3, show_default=True, help="Untimed calls first.")
-@click.option("--confirm-rounds", type=click.IntRange(min=2), default=5, show_default=True)
+@click.option("--confirm-rounds", type=click.IntRange(min=4), default=6, show_default=True,
+              help="fresh rounds: the first 2 choose among the search's picks, the rest "
+                   "give every figure")
 @click.option("--core", type=CORE, default=None,
               help="Pin to this core when confirming (default: the first one allowed).")
 @json_option
 def bench_families_cmd(data: str, out_dir: str, model_name: str, seeds: str, folds: int, k: int,
                        sets: tuple[str, ...], epochs: int | None, families: str | None,
-                       confirm: bool, runs: int, warmup: int, confirm_rounds: int,
-                       core: int | None, json_path: str | None) -> None:
+                       confirm: bool, no_search: bool, samples: int, runs: int, warmup: int,
+                       confirm_rounds: int, core: int | None, json_path: str | None) -> None:
     """Leave-family-out autotuning: every program tuned from its stored pool by a model
     that never saw its family, against the pool's best, a portfolio, random-K and the
     default; per family and per headroom."""
@@ -244,7 +251,7 @@ def bench_families_cmd(data: str, out_dir: str, model_name: str, seeds: str, fol
     from graphcost.xla.measure import Protocol
 
     result = bench_families(data, out_dir, model_name, seed_list, k, folds, settings, model_kw,
-                            comma_list(families), confirm,
+                            comma_list(families), confirm, not no_search, samples,
                             Protocol(warmup, runs, confirm_rounds), core, log=click.echo)
     click.echo(format_families(result))
     if json_path:

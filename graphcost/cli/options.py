@@ -63,11 +63,12 @@ def autotune_options(f: Callable) -> Callable:
     """Search and measurement options shared by `autotune` and `bench autotune`."""
     f = click.option("--k", default=5, show_default=True,
                      help="Measure the model's best K and K random configs (and the default).")(f)
-    f = click.option("--samples", type=click.IntRange(min=1), default=1024, show_default=True,
-                     help="Configs sampled before searching.")(f)
-    f = click.option("--evaluations", type=click.IntRange(min=1), default=4096,
-                     show_default=True,
-                     help="Model scores the search may spend (sample included).")(f)
+    f = click.option("--samples", type=click.IntRange(min=1), default=None,
+                     help="Configs the model ranks (default: as many as a collection "
+                          "measures per program; why: graphcost.autotune.tune).")(f)
+    f = click.option("--evaluations", type=click.IntRange(min=1), default=None,
+                     help="Model scores in all: more than --samples searches beyond the "
+                          "sample (default: --samples, no search).")(f)
     f = click.option("--runs", default=20, show_default=True, help="Timed rounds.")(f)
     f = click.option("--warmup", default=3, show_default=True, help="Untimed rounds first.")(f)
     f = click.option("--core", type=CORE, default=None,
