@@ -175,10 +175,33 @@ def run_demo(out_dir: str | Path = "runs/demo", data: str | Path | None = None,
                  "validation score.")
     page = write_report(results, out / "report", "graphcost demo", noise, rows_note)
     log(format_table(summary_rows(results, noise)))
+    log(paired_lines(results))
     if data is None:
         log(crossval_summary(root / "crossval.json"))
     log(f"demo finished in {seconds:.0f} s; report: {page}")
     return results, page
+
+
+def paired_lines(results: list[RunResult]) -> str:
+    """Per collection, the ranker's score minus each other model's, paired over the test
+    graphs both scored (bootstrap 95% interval): the ranker against the official
+    baseline and against the best heuristic, on the same graphs."""
+    from graphcost.eval.metrics import MeanCI, bootstrap_ci
+
+    lines = ["Paired over the test graphs (score of the ranker − score of the other model, "
+             "mean [95% interval]):"]
+    for coll in dict.fromkeys(r.collection for r in results):
+        runs = [r for r in results if r.collection == coll]
+        ranker = next((r for r in runs if r.model == "ranker"), None)
+        if ranker is None:
+            continue
+        for other in (r for r in runs if r is not ranker):
+            names = sorted(set(ranker.evaluation["graphs"]) & set(other.evaluation["graphs"]))
+            diff = np.array([ranker.evaluation["graphs"][n]["score"]
+                             - other.evaluation["graphs"][n]["score"] for n in names])
+            lines.append(f"  {coll:22} ranker − {other.model:14} "
+                         f"{MeanCI(*bootstrap_ci(diff), n=len(names))}")
+    return "\n".join(lines)
 
 
 def crossval_summary(path: Path) -> str:

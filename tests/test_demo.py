@@ -2,6 +2,7 @@
 
 import json
 
+import numpy as np
 from click.testing import CliRunner
 
 from graphcost.cli import main
@@ -38,6 +39,12 @@ def test_quick_demo_writes_a_consistent_report(tmp_path):
         assert len(evaluation["samples"]) == 3
         epochs = 1 if row["model"] in fitted else 2  # a heuristic is fitted once
         assert len((run / "metrics.jsonl").read_text().splitlines()) == epochs
+    scores = {row["model"]: json.loads((runs / row["model"] / "evaluation_test.json")
+                                       .read_text())["graphs"] for row in summary}
+    for other in models[1:]:  # the ranker paired with the baseline and the best heuristic
+        diff = np.mean([scores["ranker"][g]["score"] - scores[other][g]["score"]
+                        for g in scores["ranker"]])
+        assert f"ranker − {other:14} {diff:.4f} [" in result.output
 
 
 def test_report_command_on_a_training_run(tmp_path):
