@@ -36,6 +36,7 @@ from typing import Any
 
 import numpy as np
 
+from graphcost.autotune.tune import SAMPLES
 from graphcost.bench.autotune import geomean_ci
 from graphcost.data.collection import open_collection
 from graphcost.data.families import family_of
@@ -146,7 +147,21 @@ def program_row(name: str, g: Any, preds: list[list[float]], portfolio: list[flo
     speed["random"] = float(np.exp(expected_choice(rt_, d, k, np.log(rt[d] / rt_))))
     return {"program": name, "family": family_of(name), "configs": int(len(rt)),
             "default": d, "runtime_ns": [float(x) for x in rt], "choice": choice,
-            "stored": speed}
+            "stored": speed, "pool_config": describe(g, choice["pool"])}
+
+
+def describe(g: Any, i: int) -> str:
+    """Config `i` in words: the option knobs it sets, or how many layouts it moves."""
+    if isinstance(g, LayoutGraph):
+        moved = int((np.asarray(g.node_config_feat[i]) != -1).any(axis=1).sum())
+        return f"{moved} of {g.node_config_feat.shape[1]} configurable nodes' layouts set"
+    from graphcost.xla.configs import OPTION_KNOBS
+
+    row = np.asarray(g.config_feat[i])
+    words = [f"{k.name}={k.choices[k.codes.index(float(row[n]))]}"
+             for n, k in enumerate(OPTION_KNOBS)
+             if float(row[n]) in k.codes and k.codes.index(float(row[n])) != 0]
+    return ", ".join(words) or "the default"
 
 
 def best_of_default(picks: Sequence[int], runtime: np.ndarray, default: int) -> int:
@@ -231,7 +246,7 @@ def search_picks(t: Any, model: Any, k: int, samples: int, evaluations: int,
 
 def confirm_row(row: dict[str, Any], g: Any, coll_kind: str, seed: int, distinct: int,
                 protocol: Protocol, core: int | None, k: int, model: Any = None,
-                samples: int = 48, evaluations: int = 48,
+                samples: int = SAMPLES, evaluations: int = SAMPLES,
                 select_rounds: int = SELECT_ROUNDS) -> dict[str, Any]:
     """Time the row's `confirm_set` again in fresh interleaved rounds, with `model`'s
     `search_picks` when a model is given (the `search` strategy: configs beyond the
@@ -283,6 +298,7 @@ def confirm_row(row: dict[str, Any], g: Any, coll_kind: str, seed: int, distinct
         won = best is not None and selected(best) < selected(key(configs[d]))
         out["search"] = confirmed(best)[0] if won else 1.0
         extra = {"search_configs": [t.configs.to_json(x) for x in picks],
+                 "search_budget": [samples, evaluations],
                  "search_failed": len(picks) - len(ok)}
     return {**row, "confirmed": out, "confirm_rounds": protocol.rounds,
             "select_rounds": select_rounds, "model_ci": [list(speed[i]) for i in c["model"]],
@@ -364,16 +380,16 @@ def bench_families(data: str | Path, out: str | Path, model: str = "ranker",
                    settings: TrainSettings | None = None,
                    model_settings: dict[str, Any] | None = None, families: Sequence[str] = (),
                    confirm: bool = False, search: bool = True, samples: int | None = None,
+                   evaluations: int | None = None,
                    protocol: Protocol | None = None,
                    core: int | None = None,
                    log: Callable[[str], Any] | None = None) -> dict[str, Any]:
     """The leave-family-out autotuning table of one collection (see the module
     docstring). Fold models and confirmed rows are kept under `out`, so an interrupted
     run resumes where it stopped."""
-    from graphcost.autotune.tune import SAMPLES
-
     say = log or (lambda _msg: None)
     samples = samples or SAMPLES
+    evaluations = evaluations or samples
     if k < 1 or not seeds:
         raise UserError(f"need k >= 1 and at least one seed, got k={k}, seeds={list(seeds)}")
     coll = open_collection(data)
@@ -398,11 +414,12 @@ def bench_families(data: str | Path, out: str | Path, model: str = "ranker",
                             f"search's choice is made in {SELECT_ROUNDS} rounds and an "
                             "interval needs two more")
         rows = confirm_rows(rows, coll, out, protocol, core, k, say,
-                            fold_model(model_runs[0]) if search else None, samples, samples)
+                            fold_model(model_runs[0]) if search else None, samples,
+                            evaluations)
     return {"collection": coll.name, "data": str(Path(data).resolve()), "model": model,
             "seeds": list(seeds), "k": k, "folds": folds, "portfolio": portfolio["model"],
             "protocol": vars(protocol) if confirm else None, "core": core, "rows": rows,
-            "samples": samples,
+            "samples": samples, "evaluations": evaluations,
             "summary": summarize_rows(rows)}
 
 
@@ -428,8 +445,8 @@ def fold_model(run: dict[str, Any]) -> Callable[[str], Any]:
 
 def confirm_rows(rows: list[dict[str, Any]], coll: Any, out: Path, protocol: Protocol,
                  core: int | None, k: int, say: Callable[[str], Any],
-                 model: Callable[[str], Any] | None = None, samples: int = 48,
-                 evaluations: int = 48) -> list[dict[str, Any]]:
+                 model: Callable[[str], Any] | None = None, samples: int = SAMPLES,
+                 evaluations: int = SAMPLES) -> list[dict[str, Any]]:
     """`confirm_row` for every row (with `model(program)`'s search picks when given);
     `out/confirmed.json` is rewritten (atomically) after each program, and programs
     already there are reused: a crash loses one at most."""
@@ -449,7 +466,8 @@ def confirm_rows(rows: list[dict[str, Any]], coll: Any, out: Path, protocol: Pro
     for n, row in enumerate(rows, 1):
         prior = done.get(row["program"])
         if prior and prior["choice"] == row["choice"] and prior["confirm_rounds"] == \
-                protocol.rounds and ("search" in prior["confirmed"]) == (model is not None):
+                protocol.rounds and prior.get("search_budget") == (
+                    [samples, evaluations] if model is not None else None):
             confirmed.append(prior)
             continue
         g = read_graph(files[row["program"]])
@@ -494,7 +512,8 @@ def format_families(result: dict[str, Any]) -> str:
              f"{result['portfolio']}, random-{k} and the pool's best; K = {k}; "
              f"{s['source']} runtimes, geometric means of speed-ups over the default"
              + (f"; search: the model's best {k} of {result['samples']} fresh configs "
-                f"(seed {result['seeds'][0]}'s model)" if search else ""), head]
+                f"({result['evaluations']} scored; seed {result['seeds'][0]}'s model)"
+                if search else ""), head]
     lines += [line(fam, f) for fam, f in s["families"].items()]
     lines += ["by headroom (the pool best's speed-up over the default):"]
     lines += [line(label, f) for label, f in s["headroom"].items()]

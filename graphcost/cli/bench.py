@@ -222,6 +222,9 @@ def bench_pool_cmd(model_path: str | None, data: str | None, kind: str, train_fa
                    "beyond the pool")
 @click.option("--samples", type=click.IntRange(min=1), default=None,
               help="fresh configs the search strategy's model ranks (default: autotune's)")
+@click.option("--evaluations", type=click.IntRange(min=1), default=None,
+              help="model scores of the search strategy: more than --samples searches "
+                   "beyond the sample (default: --samples)")
 @click.option("--runs", default=20, show_default=True, help="Timed calls per round.")
 @click.option("--warmup", default=3, show_default=True, help="Untimed calls first.")
 @click.option("--confirm-rounds", type=click.IntRange(min=4), default=6, show_default=True,
@@ -232,7 +235,8 @@ def bench_pool_cmd(model_path: str | None, data: str | None, kind: str, train_fa
 @json_option
 def bench_families_cmd(data: str, out_dir: str, model_name: str, seeds: str, folds: int, k: int,
                        sets: tuple[str, ...], epochs: int | None, families: str | None,
-                       confirm: bool, no_search: bool, samples: int, runs: int, warmup: int,
+                       confirm: bool, no_search: bool, samples: int | None,
+                       evaluations: int | None, runs: int, warmup: int,
                        confirm_rounds: int, core: int | None, json_path: str | None) -> None:
     """Leave-family-out autotuning: every program tuned from its stored pool by a model
     that never saw its family, against the pool's best, a portfolio, random-K and the
@@ -251,7 +255,7 @@ def bench_families_cmd(data: str, out_dir: str, model_name: str, seeds: str, fol
     from graphcost.xla.measure import Protocol
 
     result = bench_families(data, out_dir, model_name, seed_list, k, folds, settings, model_kw,
-                            comma_list(families), confirm, not no_search, samples,
+                            comma_list(families), confirm, not no_search, samples, evaluations,
                             Protocol(warmup, runs, confirm_rounds), core, log=click.echo)
     click.echo(format_families(result))
     if json_path:
