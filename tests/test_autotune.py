@@ -16,6 +16,7 @@ from click.testing import CliRunner
 
 from graphcost.autotune.search import search
 from graphcost.autotune.space import OptionConfigs
+from graphcost.autotune.tune import headroom_note
 from graphcost.data.synthetic import make_layout_graph, make_tile_graph
 from graphcost.eval.metrics import kendall_tau
 from graphcost.models import ConfigScorer, Model
@@ -145,6 +146,7 @@ def test_autotune_end_to_end_report_is_consistent(tiny_model, tmp_path):
     assert r.search["best_score"] <= r.search["best_sampled_score"]
     assert r.scoring["max_abs_diff"] < 1e-5 and r.scoring["cached_per_s"] > 0
     json.dumps(r.to_dict(), default=float)
+    assert headroom_note(r) in graphcost.autotune.format_result(r)
 
     # the chosen config round-trips through JSON and applies; so does a non-default one
     path = save_config(r.config, tmp_path / "config.json")
@@ -203,6 +205,19 @@ def test_cli_autotune_apply_and_bench(tiny_model, tmp_path):
     bad = CliRunner().invoke(main, ["autotune", "nosuchfamily.000", "--model", str(model_path),
                                     "--no-pin"])
     assert bad.exit_code != 0 and "zoo program" in bad.output
+
+
+@pytest.mark.parametrize("chosen, speed, ci, says", [
+    (0, 1.0, (1.0, 1.0), "no headroom found"),
+    (2, 1.30, (1.10, 1.50), "confirmed speed-up over the default: 1.300x [1.100, 1.500]"),
+    (2, 1.02, (0.97, 1.07), "no headroom worth tuning"),
+    (2, 0.90, (0.85, 0.95), "slower than the default when timed again"),
+])
+def test_autotune_says_whether_the_program_has_headroom(chosen, speed, ci, says):
+    from types import SimpleNamespace
+
+    r = SimpleNamespace(chosen=chosen, speedup_vs_default=speed, speedup_vs_default_ci=ci)
+    assert says in headroom_note(r)
 
 
 def test_speedup_interval_is_a_t_interval_over_rounds_of_log_ratios():

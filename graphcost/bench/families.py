@@ -448,8 +448,9 @@ def confirm_rows(rows: list[dict[str, Any]], coll: Any, out: Path, protocol: Pro
                  model: Callable[[str], Any] | None = None, samples: int = SAMPLES,
                  evaluations: int = SAMPLES) -> list[dict[str, Any]]:
     """`confirm_row` for every row (with `model(program)`'s search picks when given);
-    `out/confirmed.json` is rewritten (atomically) after each program, and programs
-    already there are reused: a crash loses one at most."""
+    `out/confirmed.json` is rewritten (atomically) after each program, and a program
+    already there is reused when it was timed the same way (k, protocol, core, search
+    budget) for the same choices: a crash loses one program at most."""
     from graphcost.atomic import write_json
 
     log_path = out / "confirmed.json"
@@ -465,14 +466,15 @@ def confirm_rows(rows: list[dict[str, Any]], coll: Any, out: Path, protocol: Pro
     confirmed = []
     for n, row in enumerate(rows, 1):
         prior = done.get(row["program"])
-        if prior and prior["choice"] == row["choice"] and prior["confirm_rounds"] == \
-                protocol.rounds and prior.get("search_budget") == (
-                    [samples, evaluations] if model is not None else None):
+        spec = {"k": k, "protocol": dataclasses.asdict(protocol), "core": core,
+                "search_budget": [samples, evaluations] if model is not None else None}
+        if prior and prior["choice"] == row["choice"] and prior.get("confirm_spec") == spec:
             confirmed.append(prior)
             continue
         g = read_graph(files[row["program"]])
         r = confirm_row(row, g, coll.name, spec["seed"], spec["num_configs"], protocol, core, k,
                         model(row["program"]) if model else None, samples, evaluations)
+        r["confirm_spec"] = spec  # what a rerun must ask for to reuse this row
         done[r["program"]] = r
         write_json(done, log_path)
         confirmed.append(r)

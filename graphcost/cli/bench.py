@@ -227,6 +227,8 @@ def bench_pool_cmd(model_path: str | None, data: str | None, kind: str, train_fa
                    "beyond the sample (default: --samples)")
 @click.option("--runs", default=20, show_default=True, help="Timed calls per round.")
 @click.option("--warmup", default=3, show_default=True, help="Untimed calls first.")
+@click.option("--max-run-s", default=0.25, show_default=True,
+              help="A config whose single call is slower fails.")
 @click.option("--confirm-rounds", type=click.IntRange(min=4), default=6, show_default=True,
               help="fresh rounds: the first 2 choose among the search's picks, the rest "
                    "give every figure")
@@ -236,7 +238,7 @@ def bench_pool_cmd(model_path: str | None, data: str | None, kind: str, train_fa
 def bench_families_cmd(data: str, out_dir: str, model_name: str, seeds: str, folds: int, k: int,
                        sets: tuple[str, ...], epochs: int | None, families: str | None,
                        confirm: bool, no_search: bool, samples: int | None,
-                       evaluations: int | None, runs: int, warmup: int,
+                       evaluations: int | None, runs: int, warmup: int, max_run_s: float,
                        confirm_rounds: int, core: int | None, json_path: str | None) -> None:
     """Leave-family-out autotuning: every program tuned from its stored pool by a model
     that never saw its family, against the pool's best, a portfolio, random-K and the
@@ -256,7 +258,8 @@ def bench_families_cmd(data: str, out_dir: str, model_name: str, seeds: str, fol
 
     result = bench_families(data, out_dir, model_name, seed_list, k, folds, settings, model_kw,
                             comma_list(families), confirm, not no_search, samples, evaluations,
-                            Protocol(warmup, runs, confirm_rounds), core, log=click.echo)
+                            Protocol(warmup, runs, confirm_rounds, max_run_s), core,
+                            log=click.echo)
     click.echo(format_families(result))
     if json_path:
         write_json(result, json_path)
