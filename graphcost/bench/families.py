@@ -462,7 +462,7 @@ def confirm_rows(rows: list[dict[str, Any]], coll: Any, out: Path, protocol: Pro
             raise UserError(f"{log_path} is not JSON; delete it to time every program "
                             "again") from None
     files = pooled_files(coll)
-    spec = _manifest_spec(coll.root)
+    manifest = _manifest_spec(coll.root)
     confirmed = []
     for n, row in enumerate(rows, 1):
         prior = done.get(row["program"])
@@ -472,7 +472,8 @@ def confirm_rows(rows: list[dict[str, Any]], coll: Any, out: Path, protocol: Pro
             confirmed.append(prior)
             continue
         g = read_graph(files[row["program"]])
-        r = confirm_row(row, g, coll.name, spec["seed"], spec["num_configs"], protocol, core, k,
+        r = confirm_row(row, g, coll.name, manifest["seed"], manifest["num_configs"], protocol,
+                        core, k,
                         model(row["program"]) if model else None, samples, evaluations)
         r["confirm_spec"] = spec  # what a rerun must ask for to reuse this row
         done[r["program"]] = r
