@@ -200,6 +200,47 @@ def test_compare_pairs_graphs_and_averages_seeds(tmp_path):
     assert "paired difference mlp hidden=16 − sage-late hidden=16" in result.output
 
 
+def test_compare_ensemble_scores_the_mean_rank_of_the_seeds(tmp_path):
+    from graphcost.data.collection import open_collection
+    from graphcost.eval.crossval import pooled_files
+    from graphcost.eval.metrics import graph_metrics
+    from graphcost.formats.npz import read_graph
+
+    data = write_families(tmp_path, "tile")
+    files = []
+    for seed in (0, 1):
+        files.append(tmp_path / f"mlp{seed}.json")
+        result = CliRunner().invoke(main, ["crossval", str(data), "--folds", "3", "--model",
+                                           "mlp", "--seed", str(seed), "--json",
+                                           str(files[-1]), *FAST])
+        assert result.exit_code == 0, result.output
+    out = tmp_path / "ens.json"
+    result = CliRunner().invoke(main, ["compare", *map(str, files), "--against", str(files[0]),
+                                       "--ensemble", "--json", str(out)])
+    assert result.exit_code == 0, result.output
+    cmp = json.loads(out.read_text())
+    runs = [json.loads(f.read_text())["graphs"] for f in files]
+    paths = pooled_files(open_collection(data))
+    want = []
+    for name in sorted(runs[0]):  # ranks by hand: ties do not occur in float predictions
+        ranks = [np.argsort(np.argsort(r[name]["pred"])) for r in runs]
+        mean_rank = np.mean(ranks, axis=0)
+        target = np.asarray(read_graph(paths[name]).target, dtype=np.float64)
+        want.append(graph_metrics("tile", mean_rank, target)["score"])
+    assert cmp["runs"]["mean"]["mean"] == pytest.approx(float(np.mean(want)))
+    assert cmp["runs"]["model"] == "mlp hidden=16 ensemble" and cmp["runs"]["seeds"] == ["0+1"]
+    assert "ranker" not in result.output and "mlp hidden=16 ensemble" in result.output
+    stale = tmp_path / "stale.json"  # a result without predictions is refused, not scored
+    old = json.loads(files[1].read_text())
+    for row in old["graphs"].values():
+        del row["pred"]
+    stale.write_text(json.dumps(old))
+    refused = CliRunner().invoke(main, ["compare", str(files[0]), str(stale), "--against",
+                                        str(files[0]), "--ensemble"])
+    assert refused.exit_code == 2 and "seeds [1]" in refused.output
+    assert "Traceback" not in refused.output
+
+
 def test_compare_refuses_a_file_that_is_not_a_crossval_result(tmp_path):
     bad = tmp_path / "bad.json"
     bad.write_text('{"a": 1}')

@@ -220,9 +220,12 @@ def crossval_cmd(data: str, folds: int, model_name: str, sets: tuple[str, ...],
               type=click.Path(exists=True, dir_okay=False),
               help="a crossval result of a heuristic baseline (e.g. --model moved-bytes); "
                    "repeatable: the best of them is shown too, paired with RUNS")
+@click.option("--ensemble", is_flag=True,
+              help="compare the seed ensemble of RUNS (per graph, the mean of each seed's "
+                   "predicted ranks) instead of their mean score")
 @json_option
 def compare_cmd(runs: tuple[str, ...], against: tuple[str, ...], heuristics: tuple[str, ...],
-                json_path: str | None) -> None:
+                ensemble: bool, json_path: str | None) -> None:
     """Paired comparison of two models' leave-family-out results (`crossval --json`, one
     file per seed on each side): per graph the mean over seeds, both means and the
     difference RUNS − AGAINST over the same graphs, with bootstrap 95% intervals; and
@@ -233,9 +236,12 @@ def compare_cmd(runs: tuple[str, ...], against: tuple[str, ...], heuristics: tup
         compare_crossval,
         format_comparison,
         read_results,
+        seed_ensemble,
     )
 
     mine = read_results(list(runs))
+    if ensemble:
+        mine = [seed_ensemble(mine)]
     c = compare_crossval(mine, read_results(list(against)))
     if heuristics:
         c["heuristic"] = best_heuristic(mine, read_results(list(heuristics)))

@@ -222,6 +222,42 @@ def read_results(paths: list[str | Path]) -> list[dict]:
     return out
 
 
+def seed_ensemble(runs: list[dict]) -> dict:
+    """The runs of one model (one per seed) as a single result: per graph, the mean of
+    each seed's predictions as ranks (0 = predicted fastest, scaled to [0, 1]), scored
+    again on the collection's runtimes. A seed ensemble costs no training beyond the
+    seeds' own, so it is a fair opponent for a heuristic."""
+    from scipy.stats import rankdata
+
+    from graphcost.eval.metrics import graph_metrics
+    from graphcost.formats.npz import read_graph
+
+    if len({r["collection"] for r in runs}) > 1:
+        raise UserError("an ensemble needs results of one collection")
+    missing = [r["seed"] for r in runs if any("pred" not in g for g in r["graphs"].values())]
+    if missing:
+        raise UserError(f"the results of seeds {missing} keep no per-config predictions "
+                        "(made by an older graphcost): run crossval again")
+    coll = open_collection(runs[0]["data"])
+    files = pooled_files(coll)
+    rows = {}
+    for name in sorted(set.intersection(*(set(r["graphs"]) for r in runs))):
+        ranks = [(rankdata(r["graphs"][name]["pred"]) - 1) / max(len(r["graphs"][name]["pred"])
+                                                                 - 1, 1) for r in runs]
+        pred = np.mean(ranks, axis=0)
+        target = np.asarray(read_graph(files[name]).target, dtype=np.float64)
+        if target.shape != pred.shape:
+            raise UserError(f"{name}: {pred.size} predictions for its {target.size} configs "
+                            "(the results are of another version of the collection)")
+        rows[name] = {**graph_metrics(coll.kind, pred, target), "pred": pred.tolist(),
+                      "fold": runs[0]["graphs"][name].get("fold")}
+    seeds = "+".join(str(r["seed"]) for r in runs)
+    return {**{k: runs[0][k] for k in ("collection", "data", "kind", "model", "settings",
+                                       "model_settings") if k in runs[0]},
+            "model": f"{run_label(runs[0])} ensemble", "model_settings": {}, "seed": seeds,
+            "graphs": rows, "ensemble_of": [r["seed"] for r in runs]}
+
+
 def compare_crossval(runs: list[dict], against: list[dict], metric: str = "score") -> dict:
     """Runs of one model (one JSON per seed) against runs of another on the same graphs:
     each side's per-graph mean over its seeds, both means and the paired difference
