@@ -18,11 +18,15 @@ The default is measured by every strategy and kept when nothing measured beats i
 The stored runtimes chose the winners, so they flatter them. With `confirm` the
 programs are compiled again and every config a strategy can end on (the default, every
 config measured faster than it, every model's and the portfolio's choice) is timed in
-fresh interleaved rounds; the headline figures come from those rounds only: each
-strategy's confirmed speed-up over the default, random-K's as the expectation over
-draws of the log of each draw's choice's confirmed speed-up (so that it is a
-geometric mean, as every other figure). A program's *headroom* is the
-confirmed speed-up of the pool's best (the stored one without `confirm`).
+fresh interleaved rounds, with one more strategy:
+- `search`: what `graphcost autotune` measures, the model's (first seed's) top K of
+  `samples` fresh configs, most of them outside the pool; its choice (the fastest of
+  them or the default) is made in the first `SELECT_ROUNDS` rounds.
+Every headline figure comes from the rounds after those: each strategy's confirmed
+speed-up over the default, random-K's as the expectation over draws of the log of each
+draw's choice's confirmed speed-up (a geometric mean, as every other figure). A
+program's *headroom* is the confirmed speed-up of the pool's best (the stored one
+without `confirm`).
 """
 
 from __future__ import annotations
