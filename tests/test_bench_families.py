@@ -677,3 +677,15 @@ def test_the_command_reuses_fold_results_made_with_the_settings_it_asks_for(benc
     result = json.loads((tmp_path / "f.json").read_text())
     assert result["folds"] == 3 and result["collection"] == COLLECTION
     assert {r["program"] for r in result["rows"]} == set(PROGRAMS)
+
+
+def test_the_share_of_the_pool_is_left_out_where_the_pool_gains_under_5_percent():
+    from graphcost.bench.families import share_of_pool
+
+    pool = np.array([1.02, 1.03, 1.04])  # geometric mean below 1.05: the share is noise
+    assert share_of_pool(np.array([1.01, 1.0, 1.03]), pool) is None
+    pool = np.array([1.5, 1.2, 1.1])
+    arm = np.array([1.4, 1.0, 1.1])
+    share, lo, hi = share_of_pool(arm, pool)
+    assert share == pytest.approx(np.log(arm).sum() / np.log(pool).sum())
+    assert lo <= hi

@@ -316,9 +316,10 @@ def headroom_of(row: dict[str, Any]) -> float:
 
 def share_of_pool(arm: np.ndarray, pool: np.ndarray) -> list[float] | None:
     """Σ log arm / Σ log pool over programs (the share of the pool's log speed-up
-    reached), with a bootstrap 95% interval over programs; None without headroom."""
+    reached), with a bootstrap 95% interval over programs; None where the pool's
+    geometric-mean speed-up is below 1.05 (a share of almost nothing is noise)."""
     logs = np.log(np.stack([arm, pool], axis=1))
-    if logs[:, 1].sum() <= 0:
+    if logs[:, 1].mean() < math.log(HEADROOM[1][0]):
         return None
     rng = np.random.default_rng(0)
     boot = [logs[j, 0].sum() / logs[j, 1].sum() for j in
