@@ -36,7 +36,7 @@ MAX_RUN_S = 30  # a call's limit when confirming: timing under load must drop no
 #: a ranker small enough to train 2 folds in seconds (model settings, then training ones)
 TINY_RANKER = ["--epochs", "1", "--set", "hidden=8", "--set", "opcode_dim=4",
                "--set", "layers=1", "--set", "ref_configs=4", "--set", "configs_per_graph=4"]
-STRATEGIES = {"pool", "model", "portfolio", "random", "default", "search"}
+STRATEGIES = {"pool", "model", "portfolio", "random", "default", "learn", "search"}
 
 
 def core() -> int:
@@ -114,7 +114,9 @@ def check_confirmed(result: dict, output: str, kind: str, samples: int, evaluati
     assert result["core"] == core()
     assert (result["samples"], result["evaluations"], result["k"]) == (samples, evaluations, k)
     spec = {"k": k, "protocol": protocol, "core": core(),
-            "search_budget": [samples, evaluations]}
+            "search_budget": [samples, evaluations],
+            "strategies": ["pool", "model", "portfolio", "random", "default", "learn",
+                           "search"]}
     for name, row in rows.items():
         assert row["confirm_spec"] == spec, (name, row["confirm_spec"])
         assert row["confirm_spec"]["protocol"]["max_run_s"] == MAX_RUN_S, name
@@ -122,6 +124,12 @@ def check_confirmed(result: dict, output: str, kind: str, samples: int, evaluati
         assert set(conf) == STRATEGIES, name
         assert conf["default"] == 1.0, name
         assert all(math.isfinite(v) and v > 0 for v in conf.values()), (name, conf)
+        # learning while measuring ends on the default or on a config stored faster than
+        # it, whose confirmed figure is that config's own
+        learned = row["learn_choice"]
+        rt = row["runtime_ns"]
+        assert learned == d or rt[learned] < rt[d], (name, row)
+        assert conf["learn"] == row["confirmed_speed"][str(learned)][0], (name, row)
         # a strategy that ends on the default is the default's own rounds: exactly 1
         for s in ("pool", "portfolio"):
             if c[s] == d:

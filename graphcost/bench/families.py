@@ -248,6 +248,27 @@ def search_picks(t: Any, model: Any, k: int, samples: int, evaluations: int,
     return [res.configs[j] for j in res.order() if t.configs.key(res.configs[j]) != default][:k]
 
 
+def learn_choice(t: Any, model: Any, configs: list[Any], runtime: np.ndarray, default: int,
+                 k: int, batches: int = 2) -> int:
+    """Learning while measuring on the stored pool (`bench pool`'s `learn`): K configs in
+    `batches` batches, the model fine-tuned on each batch's stored runtimes (and the
+    default's) before it picks the next; the fastest of them or the default."""
+    from graphcost.autotune.costmodel import CostModel, learn_while_measuring
+
+    key = t.configs.key
+    index = {key(c): i for i, c in enumerate(configs)}
+    rt = np.where(np.isfinite(runtime), runtime, np.nan)
+    cm = CostModel(model, t, configs)
+    cm.update([configs[default]], rt[[default]])
+
+    def propose() -> list[Any]:
+        return [configs[i] for i in np.argsort(cm.predict(configs), kind="stable")]
+
+    learned = learn_while_measuring(cm, propose, lambda cs: rt[[index[key(c)] for c in cs]],
+                                    k, batches, measured=[configs[default]])
+    return best_of_default([index[key(c)] for _, c, _ in learned], rt, default)
+
+
 def confirm_row(row: dict[str, Any], g: Any, coll_kind: str, seed: int, distinct: int,
                 protocol: Protocol, core: int | None, k: int, model: Any = None,
                 samples: int = SAMPLES, evaluations: int = SAMPLES,
@@ -292,7 +313,11 @@ def confirm_row(row: dict[str, Any], g: Any, coll_kind: str, seed: int, distinct
     out = {s: speed[c[s]][0] for s in ("pool", "portfolio", "default")}
     out["model"] = float(np.exp(np.mean([log_speed[i] for i in c["model"]])))
     out["random"] = float(np.exp(expected_choice(rt, d, k, log_speed)))
-    extra: dict[str, Any] = {}
+    extra: dict[str, Any] = {"confirmed_speed": {str(i): list(v) for i, v in speed.items()}}
+    if model is not None:
+        choice = learn_choice(t, model, configs, rt, d, k)  # stored faster: in `ids`
+        out["learn"] = speed[choice][0]
+        extra["learn_choice"] = choice
     if model is not None:  # chosen by the selection rounds, reported on the others
         def selected(x: Any) -> float:
             return float(np.exp(np.mean(np.log(results[x].rounds_ns[:select_rounds]))))
@@ -301,7 +326,7 @@ def confirm_row(row: dict[str, Any], g: Any, coll_kind: str, seed: int, distinct
         best = min(ok, key=selected, default=None)
         won = best is not None and selected(best) < selected(key(configs[d]))
         out["search"] = confirmed(best)[0] if won else 1.0
-        extra = {"search_configs": [t.configs.to_json(x) for x in picks],
+        extra |= {"search_configs": [t.configs.to_json(x) for x in picks],
                  "search_budget": [samples, evaluations],
                  "search_failed": len(picks) - len(ok)}
     return {**row, "confirmed": out, "confirm_rounds": protocol.rounds,
@@ -336,11 +361,11 @@ def figures(rows: list[dict[str, Any]], source: str) -> dict[str, Any]:
     out: dict[str, Any] = {"programs": len(rows)}
     if not rows:
         return out
-    arms = [s for s in (*STRATEGIES, "search") if all(s in r[source] for r in rows)]
+    arms = [s for s in (*STRATEGIES, "learn", "search") if all(s in r[source] for r in rows)]
     v = {s: np.array([r[source][s] for r in rows]) for s in arms}
     for s in arms:
         out[s] = geomean_ci(v[s])
-    for s in {"model", "search"} & set(arms):
+    for s in {"model", "learn", "search"} & set(arms):
         out[f"{s}_vs_random"] = geomean_ci(v[s] / v["random"])
         out[f"{s}_vs_portfolio"] = geomean_ci(v[s] / v["portfolio"])
         share = share_of_pool(v[s], v["pool"])
@@ -472,7 +497,8 @@ def confirm_rows(rows: list[dict[str, Any]], coll: Any, out: Path, protocol: Pro
     for n, row in enumerate(rows, 1):
         prior = done.get(row["program"])
         spec = {"k": k, "protocol": dataclasses.asdict(protocol), "core": core,
-                "search_budget": [samples, evaluations] if model is not None else None}
+                "search_budget": [samples, evaluations] if model is not None else None,
+                "strategies": list(STRATEGIES) + (["learn", "search"] if model else [])}
         if prior and prior["choice"] == row["choice"] and prior.get("confirm_spec") == spec:
             confirmed.append(prior)
             continue
@@ -529,7 +555,7 @@ def format_families(result: dict[str, Any]) -> str:
     for label, f in [("all", s["all"]), *s["headroom"].items()]:
         if f["programs"] < 2:
             continue
-        for arm in ("model", "search") if search else ("model",):
+        for arm in [a for a in ("model", "learn", "search") if a in f]:
             lines.append(f"{label}, {arm}: {_ci(f[arm])} vs random-{k} {_ci(f['random'])}, "
                          f"portfolio {_ci(f['portfolio'])}; {arm}/random "
                          f"{_ci(f[arm + '_vs_random'])}, {arm}/portfolio "
