@@ -7,11 +7,12 @@
 
 The model ranks `SAMPLES` configs, as many as a collection measures per program, and
 by default searches no further: the more candidates it ranks, the more its top K are
-its errors rather than fast configs. On the 21 options:cpu programs with ≥ 10% stored
-headroom, each tuned by a model that never saw its family, the best of the model's top
-5 ran at 1.42–1.43× the default's speed from 48 sampled configs, 1.24–1.29× from 512,
-1.17–1.20× from 2048 and 1.19× after a 4096-score search (`docs/results.md`).
-`evaluations` > `samples` still searches beyond the sample (`search`).
+its errors rather than fast configs. On the 24 options:cpu programs of the six families
+with most headroom, each tuned by a model that never saw its family, the best of the
+model's top 5 ran at 1.03× [0.90, 1.18] random-5's speed from 48 sampled configs, and at
+0.92× [0.84, 1.00] after the old default search (1,024 sampled, 4,096 scored), confirmed
+in fresh rounds (`graphcost bench families`, `docs/results.md`). `evaluations` >
+`samples` still searches beyond the sample (`search`).
 
 A layout model scores layout plans, a tile model option configs (a tile model is
 taken to be trained on an `options:cpu` collection: both are 24 graph-level floats).

@@ -252,8 +252,7 @@ def seed_ensemble(runs: list[dict]) -> dict:
         rows[name] = {**graph_metrics(coll.kind, pred, target), "pred": pred.tolist(),
                       "fold": runs[0]["graphs"][name].get("fold")}
     seeds = "+".join(str(r["seed"]) for r in runs)
-    return {**{k: runs[0][k] for k in ("collection", "data", "kind", "model", "settings",
-                                       "model_settings") if k in runs[0]},
+    return {**{k: runs[0][k] for k in ("collection", "data", "kind", "settings") if k in runs[0]},
             "model": f"{run_label(runs[0])} ensemble", "model_settings": {}, "seed": seeds,
             "graphs": rows, "ensemble_of": [r["seed"] for r in runs]}
 
