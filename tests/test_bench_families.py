@@ -16,19 +16,15 @@ from click.testing import CliRunner
 
 from graphcost.autotune.space import OptionConfigs
 from graphcost.bench.families import (
-    HEADROOM,
-    STRATEGIES,
     best_of_default,
     confirm_set,
     default_index,
     expected_choice,
-    figures,
-    headroom_of,
     program_row,
     stored_configs,
-    summarize_rows,
     top_picks,
 )
+from graphcost.bench.headroom import HEADROOM, STRATEGIES, figures, headroom_of, summarize_rows
 from graphcost.cli import main
 from graphcost.data.collection import open_collection
 from graphcost.errors import UserError
@@ -680,7 +676,7 @@ def test_the_command_reuses_fold_results_made_with_the_settings_it_asks_for(benc
 
 
 def test_the_share_of_the_pool_is_left_out_where_the_pool_gains_under_5_percent():
-    from graphcost.bench.families import share_of_pool
+    from graphcost.bench.headroom import share_of_pool
 
     pool = np.array([1.02, 1.03, 1.04])  # geometric mean below 1.05: the share is noise
     assert share_of_pool(np.array([1.01, 1.0, 1.03]), pool) is None
