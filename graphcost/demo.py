@@ -90,7 +90,7 @@ def noise_ceiling(coll: Collection, split: str = "test") -> float | None:
     return None
 
 
-def best_heuristic(coll: Collection, folder: Path, s: DemoSettings,
+def fit_heuristics(coll: Collection, folder: Path, s: DemoSettings,
                    log: Callable[[str], None]) -> str | None:
     """Fit every heuristic baseline of the collection's kind into `folder/<name>` and
     return the best by validation score (chosen as a trained model's epoch is, never on
@@ -162,7 +162,7 @@ def run_demo(out_dir: str | Path = "runs/demo", data: str | Path | None = None,
                         overwrite=True)  # a rerun of the demo replaces its runs
             results.append(evaluate_run(run, coll.root, "test", s.scatter_graphs))
         log(f"== {coll.name}: fitting the heuristic baselines -> {folder}")
-        heuristic = best_heuristic(coll, folder, s, log)
+        heuristic = fit_heuristics(coll, folder, s, log)
         if heuristic is not None:
             results.append(evaluate_run(folder / heuristic, coll.root, "test",
                                         s.scatter_graphs))

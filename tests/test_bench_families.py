@@ -16,15 +16,14 @@ from click.testing import CliRunner
 
 from graphcost.autotune.space import OptionConfigs
 from graphcost.bench.families import (
-    best_of_default,
     confirm_set,
     default_index,
     expected_choice,
     program_row,
     stored_configs,
-    top_picks,
 )
 from graphcost.bench.headroom import HEADROOM, STRATEGIES, figures, headroom_of, summarize_rows
+from graphcost.bench.pool import best_of, top_picks
 from graphcost.cli import main
 from graphcost.data.collection import open_collection
 from graphcost.errors import UserError
@@ -193,7 +192,7 @@ def test_a_pool_without_the_default_is_refused_by_name():
         default_index(layout(ncf, name="cnn.003"))
 
 
-# ------------------------------------------------------------------ top_picks / best_of_default
+# ------------------------------------------------------------------ top_picks / best_of
 
 
 def test_top_picks_hand_example():
@@ -216,18 +215,18 @@ def test_top_picks_are_the_k_lowest_scores_in_order_ties_in_file_order(seed, k):
     assert all(isinstance(i, int) for i in picks)
 
 
-def test_best_of_default_needs_a_strictly_faster_measured_pick():
+def test_best_of_needs_a_strictly_faster_measured_pick_at_any_default():
     rt = np.array([10.0, 12.0, 9.0, 10.0, np.nan, 8.0])
-    assert best_of_default([], rt, 0) == 0
-    assert best_of_default([1], rt, 0) == 0
-    assert best_of_default([1, 2], rt, 0) == 2
-    assert best_of_default([3], rt, 0) == 0  # a tie keeps the default
-    assert best_of_default([4], rt, 0) == 0  # failed
-    assert best_of_default([4, 5], rt, 0) == 5
-    assert best_of_default([5, 2], rt, 0) == 5
-    assert best_of_default([0], rt, 3) == 3  # tie, default not at 0
-    assert best_of_default([0, 1, 4], rt, 3) == 3
-    assert best_of_default([0, 1, 2, 4], rt, 3) == 2
+    assert best_of([], rt, default=0) == 0
+    assert best_of([1], rt, default=0) == 0
+    assert best_of([1, 2], rt, default=0) == 2
+    assert best_of([3], rt, default=0) == 0  # a tie keeps the default
+    assert best_of([4], rt, default=0) == 0  # failed
+    assert best_of([4, 5], rt, default=0) == 5
+    assert best_of([5, 2], rt, default=0) == 5
+    assert best_of([0], rt, default=3) == 3  # tie, default not at 0
+    assert best_of([0, 1, 4], rt, default=3) == 3
+    assert best_of([0, 1, 2, 4], rt, default=3) == 2
 
 
 # ------------------------------------------------------------------ program_row

@@ -42,6 +42,7 @@ import numpy as np
 
 from graphcost.autotune.tune import SAMPLES
 from graphcost.bench.headroom import STRATEGIES, summarize_rows
+from graphcost.bench.pool import best_of, draw_weights, learn_picks, top_picks
 from graphcost.data.collection import open_collection
 from graphcost.data.families import family_of
 from graphcost.errors import UserError
@@ -60,6 +61,7 @@ def fold_runs(data: str | Path, model: str, seeds: Sequence[int], out: Path,
     """One crossval result per seed (`out/<model>-<seed>/crossval.json`), reused when
     already there: a rerun of the benchmark trains nothing twice."""
     runs = []
+    collection = open_collection(data).name
     for seed in seeds:
         run_dir = out / f"{model}-{seed}"
         path = run_dir / "crossval.json"
@@ -71,7 +73,7 @@ def fold_runs(data: str | Path, model: str, seeds: Sequence[int], out: Path,
                           model_settings, out_dir=run_dir, seed=seed, log=log)
         run = read_results([path])[0]
         asked = dataclasses.asdict(dataclasses.replace(settings, seed=seed))
-        wanted = {"collection": open_collection(data).name, "model": model, "folds": folds,
+        wanted = {"collection": collection, "model": model, "folds": folds,
                   "model_settings": model_settings or {},
                   "settings": json.loads(json.dumps(asked))}  # as the file holds them
         differ = [key for key, v in wanted.items() if run.get(key) != v]
@@ -100,30 +102,20 @@ def default_index(g: Any) -> int:
     return int(found[0])
 
 
-def top_picks(pred: Sequence[float], default: int, k: int) -> list[int]:
-    """The K best-scored configs other than the default (ties: first in the file)."""
-    order = np.argsort(np.asarray(pred, dtype=np.float64), kind="stable")
-    return [int(i) for i in order if i != default][:k]
-
-
 def expected_choice(runtime: np.ndarray, default: int, k: int,
                     value: np.ndarray | None = None) -> float:
     """E[value of the config random search with K draws ends on]: each draw of K pool
     configs (the default excluded) keeps its fastest by `runtime`, or the default when
     none beats it; `value` (default: `runtime`) is what is averaged, e.g. the same
-    configs' confirmed runtimes. The j-th fastest is a draw's fastest with probability
-    C(n-1-j, k-1) / C(n, k)."""
+    configs' confirmed runtimes; each draw weighed by `bench.pool.draw_weights`."""
     value = runtime if value is None else value
     others = [i for i in range(len(runtime)) if i != default and np.isfinite(runtime[i])]
     others.sort(key=lambda i: (runtime[i], i))
     n, k = len(others), min(k, len(others))
     if k < 1:
         return float(value[default])
-    total = 0.0
-    for j, i in enumerate(others):
-        p = math.comb(n - 1 - j, k - 1) / math.comb(n, k)
-        total += p * (value[i] if runtime[i] < runtime[default] else value[default])
-    return float(total)
+    ends = [value[i] if runtime[i] < runtime[default] else value[default] for i in others]
+    return float(draw_weights(n, k) @ np.asarray(ends, dtype=np.float64))
 
 
 def program_row(name: str, g: Any, preds: list[list[float]], portfolio: list[float],
@@ -139,7 +131,7 @@ def program_row(name: str, g: Any, preds: list[list[float]], portfolio: list[flo
     rt_ = np.where(ok, rt, np.nan)
 
     def chosen(picks: Sequence[int]) -> int:
-        return best_of_default(picks, rt_, d)
+        return best_of(picks, rt_, default=d)
 
     choice = {"pool": chosen(range(len(rt))), "default": d,
               "portfolio": chosen(top_picks(portfolio, d, k)),
@@ -164,13 +156,6 @@ def describe(g: Any, i: int) -> str:
              for n, k in enumerate(OPTION_KNOBS)
              if float(row[n]) in k.codes and k.codes.index(float(row[n])) != 0]
     return ", ".join(words) or "the default"
-
-
-def best_of_default(picks: Sequence[int], runtime: np.ndarray, default: int) -> int:
-    """The fastest measured pick (failed ones are NaN), or the default unless one is
-    faster."""
-    ids = [default] + [i for i in picks if np.isfinite(runtime[i])]
-    return min(ids, key=lambda i: (runtime[i], i != default, i))
 
 
 def stored_rows(data: str | Path, model_runs: list[dict], portfolio_run: dict,
@@ -251,20 +236,11 @@ def learn_choice(t: Any, model: Any, configs: list[Any], runtime: np.ndarray, de
     """Learning while measuring on the stored pool (`bench pool`'s `learn`): K configs in
     `batches` batches, the model fine-tuned on each batch's stored runtimes (and the
     default's) before it picks the next; the fastest of them or the default."""
-    from graphcost.autotune.costmodel import CostModel, learn_while_measuring
+    from graphcost.autotune.costmodel import CostModel
 
-    key = t.configs.key
-    index = {key(c): i for i, c in enumerate(configs)}
     rt = np.where(np.isfinite(runtime), runtime, np.nan)
-    cm = CostModel(model, t, configs)
-    cm.update([configs[default]], rt[[default]])
-
-    def propose() -> list[Any]:
-        return [configs[i] for i in np.argsort(cm.predict(configs), kind="stable")]
-
-    learned = learn_while_measuring(cm, propose, lambda cs: rt[[index[key(c)] for c in cs]],
-                                    k, batches, measured=[configs[default]])
-    return best_of_default([index[key(c)] for _, c, _ in learned], rt, default)
+    picks = learn_picks(CostModel(model, t, configs), configs, rt, k, batches, default)
+    return best_of(picks, rt, default=default)
 
 
 def confirm_row(row: dict[str, Any], g: Any, coll_kind: str, seed: int, distinct: int,

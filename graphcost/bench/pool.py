@@ -39,44 +39,64 @@ from graphcost.xla.programs import make_program
 STRATEGIES = ("model", "learn", "random")
 
 
+def draw_weights(n: int, k: int) -> np.ndarray:
+    """(n,): the probability that the j-th fastest of n configs is the fastest of k drawn
+    at random without replacement, C(n-1-j, k-1) / C(n, k) (k at most n, at least 1)."""
+    return np.array([math.comb(n - 1 - j, k - 1) for j in range(n)],
+                    dtype=np.float64) / math.comb(n, k)
+
+
 def expected_best_of_random(runtime: Sequence[float], k: int,
                             default: float = math.inf) -> float:
     """E[min(default, the fastest of k configs drawn without replacement from `runtime`)],
-    over every draw: the j-th fastest is the draw's best with probability
-    C(n-1-j, k-1) / C(n, k)."""
+    over every draw (`draw_weights`)."""
     rt = np.sort(np.asarray(runtime, dtype=np.float64))
     n, k = len(rt), min(k, len(rt))
     if k < 1:
         return default
-    p = np.array([math.comb(n - 1 - j, k - 1) for j in range(n)], dtype=np.float64)
-    return float((p / math.comb(n, k) * np.minimum(rt, default)).sum())
+    return float((draw_weights(n, k) * np.minimum(rt, default)).sum())
+
+
+def top_picks(scores: Sequence[float], default: int, k: int) -> list[int]:
+    """The K best-scored configs other than the default (ties: first in the pool)."""
+    order = np.argsort(np.asarray(scores, dtype=np.float64), kind="stable")
+    return [int(i) for i in order if i != default][:k]
+
+
+def learn_picks(cm: CostModel, pool: Sequence[Any], runtime: np.ndarray, k: int,
+                batches: int, default: int = 0) -> list[int]:
+    """Pool indices that learning while measuring measures, in order: K in `batches`
+    batches, `cm` told the default's runtime first and fine-tuned on each batch's
+    (`runtime`, NaN where a config failed) before it picks the next."""
+    key = cm.tunable.configs.key
+    index = {key(c): i for i, c in enumerate(pool)}
+    cm.update([pool[default]], runtime[[default]])  # the default: measured by every strategy
+
+    def propose() -> list[Any]:
+        return [pool[i] for i in np.argsort(cm.predict(pool), kind="stable")]
+
+    learned = learn_while_measuring(cm, propose, lambda cs: runtime[[index[key(c)] for c in cs]],
+                                    k, batches, measured=[pool[default]])
+    return [index[key(c)] for _, c, _ in learned]
 
 
 def pool_picks(cm: CostModel, pool: Sequence[Any], scores: np.ndarray, runtime: np.ndarray,
                k: int, batches: int, rng: np.random.Generator) -> dict[str, list[int]]:
     """Pool indices (0 = the default, never picked) each strategy measures, in order;
     `scores` are `cm`'s predictions for the pool before it learns anything."""
-    key = cm.tunable.configs.key
-    index = {key(c): i for i, c in enumerate(pool)}
     others = list(range(1, len(pool)))
-    model = [i for i in np.argsort(scores, kind="stable") if i != 0][:k]
-    cm.update([pool[0]], runtime[[0]])  # the default: measured by every strategy
-
-    def propose() -> list[Any]:
-        return [pool[i] for i in np.argsort(cm.predict(pool), kind="stable")]
-
-    learned = learn_while_measuring(cm, propose, lambda cs: runtime[[index[key(c)] for c in cs]],
-                                    k, batches, measured=[pool[0]])
-    return {"model": [int(i) for i in model],
-            "learn": [index[key(c)] for _, c, _ in learned],
+    return {"model": top_picks(scores, 0, k),
+            "learn": learn_picks(cm, pool, runtime, k, batches),
             "random": [int(i) for i in rng.choice(others, min(k, len(others)),
                                                   replace=False)]}
 
 
-def best_of(picks: Sequence[int], runtime: np.ndarray, with_default: bool = True) -> int:
-    """The fastest measured pick (failed ones are NaN), or the default when faster."""
-    ids = ([0] if with_default else []) + [i for i in picks if np.isfinite(runtime[i])]
-    return min(ids, key=lambda i: (runtime[i], i)) if ids else 0
+def best_of(picks: Sequence[int], runtime: np.ndarray, with_default: bool = True,
+            default: int = 0) -> int:
+    """The fastest measured pick (failed ones are NaN), or the default unless a pick is
+    faster (a tie keeps the default)."""
+    ids = ([default] if with_default else []) + [i for i in picks if np.isfinite(runtime[i])]
+    return min(ids, key=lambda i: (runtime[i], i != default, i)) if ids else default
 
 
 def pool_program(t: Tunable, model: Any, pool_size: int, k: int, batches: int,

@@ -174,9 +174,8 @@ def collate(items: list[tuple[GraphTensors, np.ndarray]], with_runtime: bool = F
     """
     c = max(len(ids) for _, ids in items)
     directed = all(g.edge_forward is not None for g, _ in items)
-    xs, ops, edges, node_graph, cfgs, cfg_nodes, cfg_graph, dims, defaults, sizes, masks = (
-        [] for _ in range(11))
-    runtimes = []
+    (xs, ops, edges, node_graph, cfgs, cfg_nodes, cfg_graph, dims, defaults, sizes, masks,
+     runtimes) = ([] for _ in range(12))
     offset = 0
     for b, (g, ids) in enumerate(items):
         ids = np.asarray(ids, dtype=np.int64)
