@@ -16,7 +16,7 @@ from click.testing import CliRunner
 
 from graphcost.autotune.search import search
 from graphcost.autotune.space import OptionConfigs
-from graphcost.autotune.tune import headroom_note
+from graphcost.autotune.tune import MIN_GAIN, clearly_faster, headroom_note
 from graphcost.data.synthetic import make_layout_graph, make_tile_graph
 from graphcost.eval.metrics import kendall_tau
 from graphcost.models import ConfigScorer, Model
@@ -113,12 +113,13 @@ def test_autotune_end_to_end_report_is_consistent(tiny_model, tmp_path):
     assert len(r.arm("model")) == k and len(r.arm("random")) == k
     assert len({json.dumps(x.config, sort_keys=True) for x in m}) == len(m)  # timed once each
     ok = [x for x in m if x.ok]
-    # chosen: the fastest in the selection round of the model's top K and the default;
-    # the random arm's best likewise
-    model_or_default = [x.runtime_ns for x in ok if {"model", "default"} & set(x.arms)]
-    assert m[r.chosen].runtime_ns == min(model_or_default)
-    assert m[r.random_best].runtime_ns == min(
-        x.runtime_ns for x in ok if {"random", "default"} & set(x.arms))
+    # chosen: the fastest in the selection round of the model's top K that beat the
+    # default beyond the rounds' noise, else the default; the random arm's best likewise
+    for arm, pick in (("model", r.chosen), ("random", r.random_best)):
+        clear = [x.runtime_ns for x in ok if arm in x.arms
+                 and clearly_faster(m[0].rounds_ns, x.rounds_ns)]
+        assert m[pick].runtime_ns == min(clear, default=m[0].runtime_ns)
+        assert all(len(x.rounds_ns) == 2 for x in ok)  # the protocol's rounds, kept
     assert r.config == m[r.chosen].config
     assert r.selection["speedup_vs_default"] == pytest.approx(
         m[0].runtime_ns / m[r.chosen].runtime_ns)
@@ -175,8 +176,9 @@ def test_autotune_learning_while_measuring_spends_k_in_batches(tiny_model):
     assert len(model) == k and len({json.dumps(x.config, sort_keys=True) for x in m}) == len(m)
     assert [sum(x.batch == b for x in model) for b in (0, 1)] == batch_sizes(k, 2)
     assert all(x.batch == 0 for x in r.arm("random")) and m[0].arms[0] == "default"
-    assert m[r.chosen].runtime_ns == min(x.runtime_ns for x in m
-                                         if x.ok and {"model", "default"} & set(x.arms))
+    clear = [x.runtime_ns for x in m if x.ok and "model" in x.arms
+             and clearly_faster(m[0].rounds_ns, x.rounds_ns)]
+    assert m[r.chosen].runtime_ns == min(clear, default=m[0].runtime_ns)
 
 
 def test_cli_autotune_apply_and_bench(tiny_model, tmp_path):
@@ -271,3 +273,17 @@ def test_bench_apply_prints_a_row_per_config_and_the_geometric_mean(tmp_path):
         assert r["ratio"] == pytest.approx(r["apply_us"] / r["tuned_jit_us"])
         assert r["program"] in res.output and r["config"] in res.output
     assert "geometric mean over rows" in res.output
+
+
+@pytest.mark.parametrize("default, config, clear", [
+    ([100, 101], [80, 81], True),  # 25% faster, rounds within 1%
+    ([100, 101], [99, 99.5], False),  # 1% faster: under MIN_GAIN
+    ([100, 150], [80, 81], False),  # 25% faster, but the default's rounds differ by 50%
+    ([100, 101], [80, 110], False),  # 25% faster in one round, slower in the other
+    ([100, 101], [110, 111], False),  # slower
+    ([100], [100 / (1 + MIN_GAIN) - 0.01], True),  # one round each: MIN_GAIN alone
+    ([100, 101], [], False),  # nothing measured
+])
+def test_clearly_faster_needs_a_gain_beyond_min_gain_and_the_rounds_noise(default, config,
+                                                                          clear):
+    assert clearly_faster(default, config) is clear

@@ -15,6 +15,7 @@ import pytest
 from click.testing import CliRunner
 
 from graphcost.autotune.space import OptionConfigs
+from graphcost.autotune.tune import MIN_GAIN
 from graphcost.bench.families import (
     confirm_set,
     default_index,
@@ -64,9 +65,10 @@ def layout(ncf: np.ndarray, name: str = "lay.000") -> LayoutGraph:
 # ------------------------------------------------------------------ brute-force oracles
 
 
-def brute_choice(runtime, default: int, k: int, value=None) -> float:
+def brute_choice(runtime, default: int, k: int, value=None, clear=None) -> float:
     """Mean over every k-subset of the finite non-default configs of the value of what the
-    draw ends on: its fastest when faster than the default, else the default."""
+    draw ends on: its fastest of those it may choose (`clear`; None: those faster than the
+    default), else the default."""
     value = runtime if value is None else value
     others = [i for i in range(len(runtime)) if i != default and np.isfinite(runtime[i])]
     if not others:
@@ -74,34 +76,43 @@ def brute_choice(runtime, default: int, k: int, value=None) -> float:
     draws = list(itertools.combinations(others, min(k, len(others))))
     total = 0.0
     for draw in draws:
-        best = min(draw, key=lambda i: runtime[i])
-        total += value[best] if runtime[best] < runtime[default] else value[default]
+        may = [i for i in draw if (runtime[i] < runtime[default] if clear is None
+                                   else i in clear)]
+        total += value[min(may, key=lambda i: runtime[i])] if may else value[default]
     return total / len(draws)
 
 
-def brute_random(runtime, default: int, k: int) -> float:
+def clear_of(runtime, default: int, gain: float = MIN_GAIN) -> list[int]:
+    """The configs a strategy may choose when no rounds are stored: faster than the
+    default by more than `gain`."""
+    return [i for i in range(len(runtime)) if i != default and np.isfinite(runtime[i])
+            and runtime[default] / runtime[i] - 1 > gain]
+
+
+def brute_random(runtime, default: int, k: int, gain: float = MIN_GAIN) -> float:
     """Random-K's stored figure, a geometric mean: over every k-subset of the finite
-    non-default configs, the log speed-up over the default of the subset's fastest when
-    it beats the default, else 0; averaged; exponentiated."""
+    non-default configs, the log speed-up over the default of the subset's fastest of
+    those faster than the default by more than `gain`, else 0; averaged; exponentiated."""
     runtime = np.asarray(runtime, dtype=np.float64)
     others = [i for i in range(len(runtime)) if i != default and np.isfinite(runtime[i])]
     draws = list(itertools.combinations(others, min(k, len(others))))
     if not others:
         return 1.0
+    clear = clear_of(runtime, default, gain)
     logs = []
     for draw in draws:
-        best = min(draw, key=lambda i: runtime[i])
-        beats = runtime[best] < runtime[default]
-        logs.append(math.log(runtime[default] / runtime[best]) if beats else 0.0)
+        may = [i for i in draw if i in clear]
+        best = min(may, key=lambda i: runtime[i]) if may else default
+        logs.append(math.log(runtime[default] / runtime[best]))
     return math.exp(sum(logs) / len(logs))
 
 
-def brute_pick(pred, runtime, default: int, k: int) -> int:
-    """The fastest finite of the K best-scored non-default configs, else the default."""
+def brute_pick(pred, runtime, default: int, k: int, gain: float = MIN_GAIN) -> int:
+    """The fastest of the K best-scored non-default configs that beat the default by more
+    than `gain`, else the default."""
     top = sorted((i for i in range(len(pred)) if i != default), key=lambda i: (pred[i], i))[:k]
-    top = [i for i in top if np.isfinite(runtime[i])]
-    best = min(top, key=lambda i: runtime[i]) if top else default
-    return best if runtime[best] < runtime[default] else default
+    top = [i for i in top if i in clear_of(runtime, default, gain)]
+    return min(top, key=lambda i: runtime[i]) if top else default
 
 
 def gmean(x) -> float:
@@ -159,6 +170,36 @@ def test_expected_choice_edge_pools():
     # a tie with the default is not faster
     assert expected_choice(np.array([2.0, 2.0]), 0, 1) == 2.0
     assert expected_choice(np.array([2.0, 2.0]), 0, 1, np.array([7.0, 3.0])) == 7.0
+
+
+@pytest.mark.parametrize("seed", [0, 1])
+@pytest.mark.parametrize("k", [1, 3, 20])
+def test_expected_choice_chooses_only_what_may_be_chosen(seed, k):
+    """With `clear`, a draw ends on its fastest clear config: a config faster than the
+    default but not clear is drawn (it takes a place in the draw) and never chosen."""
+    rt = random_runtimes(seed, 10, 0, 2)
+    faster = [i for i in range(10) if np.isfinite(rt[i]) and rt[i] < rt[0]]
+    clear = faster[::2]  # every other one
+    got = expected_choice(rt, 0, k, None, clear)
+    assert got == pytest.approx(brute_choice(rt, 0, k, None, clear), rel=1e-12)
+    assert expected_choice(rt, 0, k, None, faster) == pytest.approx(expected_choice(rt, 0, k))
+    assert expected_choice(rt, 0, k, None, []) == pytest.approx(rt[0], rel=1e-12)
+
+
+def test_program_row_keeps_the_default_unless_the_stored_rounds_say_clearly_faster():
+    """Stored rounds decide: a config 5% faster whose rounds disagree by 30% is noise (the
+    model's choice stays the default; `model_fastest`, without the rule, takes it); one
+    faster beyond its rounds' spread is chosen; the pool's best ignores the rule."""
+    g = tile([default_options(), opt(no_fusion=1), opt(fast_math=1)], [10.0, 9.5, 9.0])
+    rounds = np.array([[10.0, 10.1], [9.5, 12.4], [9.0, 9.05]])
+    noisy = program_row("fam.003", g, [[0.0, 0.1, 0.9]], [0.0, 0.1, 0.9], 1, rounds)
+    assert noisy["clear"] == [2]
+    assert noisy["choice"]["model"] == [0] and noisy["choice"]["model_fastest"] == [1]
+    assert noisy["choice"]["pool"] == 2 and noisy["stored"]["model"] == 1.0
+    # random-1: draws {1} (not clear: the default) and {2}: a geometric mean
+    assert noisy["stored"]["random"] == pytest.approx(math.sqrt(10 / 9))
+    steady = program_row("fam.003", g, [[0.0, 0.9, 0.1]], [0.0, 0.1, 0.9], 1, rounds)
+    assert steady["choice"]["model"] == [2] == steady["choice"]["model_fastest"]
 
 
 # ------------------------------------------------------------------ default_index
@@ -246,14 +287,15 @@ def test_program_row_choices_and_stored_speedups():
     row = program_row("conv.003", g, [PRED_A, PRED_B], PORTFOLIO, K)
     rt = np.array(ROW_RT)
     # by hand (see the comments above), then by the brute-force oracle
-    assert row["choice"] == {"pool": 4, "default": 2, "portfolio": 5, "model": [1, 2]}
+    assert row["choice"] == {"pool": 4, "default": 2, "portfolio": 5, "model": [1, 2],
+                             "model_fastest": [1, 2]}
     assert row["choice"]["model"] == [brute_pick(p, rt, 2, K) for p in (PRED_A, PRED_B)]
     assert row["choice"]["portfolio"] == brute_pick(PORTFOLIO, rt, 2, K)
     assert (row["program"], row["family"], row["configs"], row["default"]) == \
         ("conv.003", "conv", 6, 2)
     np.testing.assert_array_equal(row["runtime_ns"], ROW_RT)
     s = row["stored"]
-    assert set(s) == set(STRATEGIES)
+    assert set(s) == {*STRATEGIES, "model_fastest"}
     assert s["pool"] == pytest.approx(10 / 7)
     assert s["portfolio"] == pytest.approx(10 / 8)
     assert s["default"] == 1.0
@@ -286,9 +328,11 @@ def test_program_row_agrees_with_brute_force_on_random_pools(seed):
     for k in (1, 3, 20):
         row = program_row("fam.001", tile(opts, rt), preds, port, k)
         models = [brute_pick(p, rt, d, k) for p in preds]
-        pool = brute_pick(np.where(np.isfinite(rt), rt, np.inf), rt, d, n)
+        pool = brute_pick(np.where(np.isfinite(rt), rt, np.inf), rt, d, n, gain=0.0)
         assert row["choice"] == {"pool": pool, "default": d,
-                                 "portfolio": brute_pick(port, rt, d, k), "model": models}
+                                 "portfolio": brute_pick(port, rt, d, k), "model": models,
+                                 "model_fastest": [brute_pick(p, rt, d, k, gain=0.0)
+                                                   for p in preds]}
         s = row["stored"]
         assert s["pool"] == pytest.approx(rt[d] / np.nanmin(np.append(rt[d], rt)))
         assert s["model"] == pytest.approx(gmean([rt[d] / rt[i] for i in models]))
@@ -301,7 +345,8 @@ def test_program_row_random_when_nothing_can_beat_the_default():
     g = tile([default_options(), opt(no_fusion=1), opt(fast_math=1)], [5.0, 6.0, np.nan])
     row = program_row("fam.002", g, [[0.0, 0.1, 0.2]], [0.0, 0.2, 0.1], 3)
     assert row["stored"]["random"] == 1.0 == brute_random([5.0, 6.0, np.nan], 0, 3)
-    assert row["choice"] == {"pool": 0, "default": 0, "portfolio": 0, "model": [0]}
+    assert row["choice"] == {"pool": 0, "default": 0, "portfolio": 0, "model": [0],
+                             "model_fastest": [0]}
 
 
 @pytest.mark.parametrize("which", ["model", "portfolio"])
@@ -440,15 +485,17 @@ def test_stored_configs_refuses_an_unknown_knob_code():
 def test_confirm_set_holds_every_possible_end_once_default_first():
     rt = [10.0, 8.0, 12.0, 9.0, np.nan, 7.0, 10.0, 11.0]
     row = {"runtime_ns": rt, "default": 0,
-           "choice": {"pool": 5, "default": 0, "portfolio": 3, "model": [1, 0, 5, 7]}}
+           "choice": {"pool": 5, "default": 0, "portfolio": 3, "model": [1, 0, 5, 7],
+                      "model_fastest": [1, 6, 5, 7]}}
     got = confirm_set(row)
     assert got[0] == 0
     assert len(got) == len(set(got))
     faster = {i for i, t in enumerate(rt) if t < rt[0]}
-    assert set(got) == {0, 5, 3, 1, 7} | faster == {0, 1, 3, 5, 7}
+    assert set(got) == {0, 5, 3, 1, 7, 6} | faster == {0, 1, 3, 5, 6, 7}
     assert all(isinstance(i, int) for i in got)
     row = {"runtime_ns": [5.0, 4.0, 6.0], "default": 2,
-           "choice": {"pool": 1, "default": 2, "portfolio": 2, "model": [2, 2]}}
+           "choice": {"pool": 1, "default": 2, "portfolio": 2, "model": [2, 2],
+                      "model_fastest": [2, 1]}}
     assert confirm_set(row)[0] == 2 and sorted(confirm_set(row)) == [0, 1, 2]
 
 

@@ -36,7 +36,8 @@ MAX_RUN_S = 30  # a call's limit when confirming: timing under load must drop no
 #: a ranker small enough to train 2 folds in seconds (model settings, then training ones)
 TINY_RANKER = ["--epochs", "1", "--set", "hidden=8", "--set", "opcode_dim=4",
                "--set", "layers=1", "--set", "ref_configs=4", "--set", "configs_per_graph=4"]
-STRATEGIES = {"pool", "model", "portfolio", "random", "default", "learn", "search"}
+STRATEGIES = {"pool", "model", "portfolio", "random", "default", "learn", "search",
+              "model_fastest"}
 
 
 def core() -> int:
@@ -139,7 +140,12 @@ def check_confirmed(result: dict, output: str, kind: str, samples: int, evaluati
         # it, whose confirmed figure is that config's own
         learned = row["learn_choice"]
         rt = row["runtime_ns"]
-        assert learned == d or rt[learned] < rt[d], (name, row)
+        assert learned == d or learned in row["clear"], (name, row)
+        # every strategy that chooses ends on the default or a config stored clearly faster
+        assert all(i == d or i in row["clear"] for i in [c["portfolio"], *c["model"]]), row
+        assert all(rt[i] < rt[d] for i in row["clear"]), (name, row)
+        for arm in ("model", "model_fastest"):  # each choice's figure is its config's own
+            assert [row["confirmed_speed"][str(i)] for i in c[arm]] == row[arm + "_ci"]
         assert conf["learn"] == row["confirmed_speed"][str(learned)][0], (name, row)
         # a strategy that ends on the default is the default's own rounds: exactly 1
         for s in ("pool", "portfolio"):

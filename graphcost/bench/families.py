@@ -40,14 +40,14 @@ from typing import Any
 
 import numpy as np
 
-from graphcost.autotune.tune import SAMPLES
+from graphcost.autotune.tune import SAMPLES, clearly_faster
 from graphcost.bench.headroom import STRATEGIES, summarize_rows
 from graphcost.bench.pool import best_of, draw_weights, learn_picks, top_picks
 from graphcost.data.collection import open_collection
 from graphcost.data.families import family_of
 from graphcost.errors import UserError
 from graphcost.eval.crossval import crossvalidate, pooled_files, read_results
-from graphcost.formats.npz import LayoutGraph, read_graph
+from graphcost.formats.npz import LayoutGraph, read_extra, read_graph
 from graphcost.train.settings import TrainSettings
 from graphcost.xla.measure import Protocol
 
@@ -103,45 +103,62 @@ def default_index(g: Any) -> int:
 
 
 def expected_choice(runtime: np.ndarray, default: int, k: int,
-                    value: np.ndarray | None = None) -> float:
+                    value: np.ndarray | None = None,
+                    clear: Sequence[int] | None = None) -> float:
     """E[value of the config random search with K draws ends on]: each draw of K pool
-    configs (the default excluded) keeps its fastest by `runtime`, or the default when
-    none beats it; `value` (default: `runtime`) is what is averaged, e.g. the same
-    configs' confirmed runtimes; each draw weighed by `bench.pool.draw_weights`."""
+    configs (the default excluded) keeps its fastest by `runtime` of those it may choose
+    (`clear`; default: those faster than the default), or the default when it drew none;
+    `value` (default: `runtime`) is what is averaged, e.g. the same configs' confirmed
+    runtimes; each draw weighed by `bench.pool.draw_weights`."""
     value = runtime if value is None else value
     others = [i for i in range(len(runtime)) if i != default and np.isfinite(runtime[i])]
-    others.sort(key=lambda i: (runtime[i], i))
+    may = set(clear) if clear is not None else {i for i in others
+                                                 if runtime[i] < runtime[default]}
+    # what a draw may choose first, fastest first: a draw whose first is not choosable
+    # holds nothing choosable and ends on the default
+    others.sort(key=lambda i: (i not in may, runtime[i], i))
     n, k = len(others), min(k, len(others))
     if k < 1:
         return float(value[default])
-    ends = [value[i] if runtime[i] < runtime[default] else value[default] for i in others]
+    ends = [value[i] if i in may else value[default] for i in others]
     return float(draw_weights(n, k) @ np.asarray(ends, dtype=np.float64))
 
 
 def program_row(name: str, g: Any, preds: list[list[float]], portfolio: list[float],
-                k: int) -> dict[str, Any]:
-    """One program's picks and stored speed-ups over the default (model: per seed)."""
+                k: int, rounds: np.ndarray | None = None) -> dict[str, Any]:
+    """One program's picks and stored speed-ups over the default (model: per seed).
+
+    A strategy ends on the fastest of its picks that was stored `clearly_faster` than
+    the default (by its stored `rounds`, one per config; the runtime alone without
+    them), else on the default, as `graphcost autotune` chooses. The pool's best is the
+    fastest stored config (the program's headroom); `model_fastest` is the model's
+    choice without the noise rule, kept to show what the rule changes."""
     rt = np.asarray(g.config_runtime, dtype=np.float64)
     for p in [*preds, portfolio]:
         if len(p) != len(rt):
             raise UserError(f"{name}: {len(p)} predictions for its {len(rt)} configs (the "
                             "fold results are of another version of the collection)")
     d = default_index(g)
-    ok = np.isfinite(rt)
-    rt_ = np.where(ok, rt, np.nan)
+    rt_ = np.where(np.isfinite(rt), rt, np.nan)
+    per_round = rt_[:, None] if rounds is None else np.asarray(rounds, dtype=np.float64)
+    clear = [i for i in range(len(rt)) if i != d and clearly_faster(per_round[d], per_round[i])]
+    rt_clear = np.full(len(rt), np.nan)
+    rt_clear[[d, *clear]] = rt_[[d, *clear]]
 
-    def chosen(picks: Sequence[int]) -> int:
-        return best_of(picks, rt_, default=d)
+    def chosen(picks: Sequence[int], runtime: np.ndarray = rt_clear) -> int:
+        return best_of(picks, runtime, default=d)
 
-    choice = {"pool": chosen(range(len(rt))), "default": d,
+    choice = {"pool": chosen(range(len(rt)), rt_), "default": d,
               "portfolio": chosen(top_picks(portfolio, d, k)),
-              "model": [chosen(top_picks(p, d, k)) for p in preds]}
+              "model": [chosen(top_picks(p, d, k)) for p in preds],
+              "model_fastest": [chosen(top_picks(p, d, k), rt_) for p in preds]}
     speed = {s: float(rt[d] / rt[choice[s]]) for s in ("pool", "portfolio", "default")}
-    speed["model"] = float(np.exp(np.mean([np.log(rt[d] / rt[i]) for i in choice["model"]])))
-    speed["random"] = float(np.exp(expected_choice(rt_, d, k, np.log(rt[d] / rt_))))
+    for s in ("model", "model_fastest"):
+        speed[s] = float(np.exp(np.mean([np.log(rt[d] / rt[i]) for i in choice[s]])))
+    speed["random"] = float(np.exp(expected_choice(rt_, d, k, np.log(rt[d] / rt_), clear)))
     return {"program": name, "family": family_of(name), "configs": int(len(rt)),
-            "default": d, "runtime_ns": [float(x) for x in rt], "choice": choice,
-            "stored": speed, "pool_config": describe(g, choice["pool"])}
+            "default": d, "runtime_ns": [float(x) for x in rt], "clear": clear,
+            "choice": choice, "stored": speed, "pool_config": describe(g, choice["pool"])}
 
 
 def describe(g: Any, i: int) -> str:
@@ -168,8 +185,9 @@ def stored_rows(data: str | Path, model_runs: list[dict], portfolio_run: dict,
                                                        for r in model_runs):
             continue
         g = read_graph(files[name])
+        rounds = read_extra(files[name]).get("config_runtime_rounds")
         rows.append(program_row(name, g, [r["graphs"][name]["pred"] for r in model_runs],
-                                portfolio_run["graphs"][name]["pred"], k))
+                                portfolio_run["graphs"][name]["pred"], k, rounds))
     return rows
 
 
@@ -211,7 +229,8 @@ def confirm_set(row: dict[str, Any]) -> list[int]:
     rt, d = np.asarray(row["runtime_ns"]), row["default"]
     c = row["choice"]
     faster = [int(i) for i in np.flatnonzero(rt < rt[d])]
-    return list(dict.fromkeys([d, c["pool"], c["portfolio"], *c["model"], *faster]))
+    return list(dict.fromkeys([d, c["pool"], c["portfolio"], *c["model"],
+                               *c["model_fastest"], *faster]))
 
 
 def search_picks(t: Any, model: Any, k: int, samples: int, evaluations: int,
@@ -232,15 +251,16 @@ def search_picks(t: Any, model: Any, k: int, samples: int, evaluations: int,
 
 
 def learn_choice(t: Any, model: Any, configs: list[Any], runtime: np.ndarray, default: int,
-                 k: int, batches: int = 2) -> int:
+                 k: int, clear: Sequence[int], batches: int = 2) -> int:
     """Learning while measuring on the stored pool (`bench pool`'s `learn`): K configs in
     `batches` batches, the model fine-tuned on each batch's stored runtimes (and the
-    default's) before it picks the next; the fastest of them or the default."""
+    default's) before it picks the next; the fastest of them that is in `clear`
+    (stored clearly faster than the default), or the default."""
     from graphcost.autotune.costmodel import CostModel
 
     rt = np.where(np.isfinite(runtime), runtime, np.nan)
     picks = learn_picks(CostModel(model, t, configs), configs, rt, k, batches, default)
-    return best_of(picks, rt, default=default)
+    return best_of([i for i in picks if i in set(clear)], rt, default=default)
 
 
 def confirm_row(row: dict[str, Any], g: Any, coll_kind: str, seed: int, distinct: int,
@@ -285,11 +305,13 @@ def confirm_row(row: dict[str, Any], g: Any, coll_kind: str, seed: int, distinct
     for i in ids:
         log_speed[i] = math.log(speed[i][0])
     out = {s: speed[c[s]][0] for s in ("pool", "portfolio", "default")}
-    out["model"] = float(np.exp(np.mean([log_speed[i] for i in c["model"]])))
-    out["random"] = float(np.exp(expected_choice(rt, d, k, log_speed)))
-    extra: dict[str, Any] = {"confirmed_speed": {str(i): list(v) for i, v in speed.items()}}
+    for s in ("model", "model_fastest"):
+        out[s] = float(np.exp(np.mean([log_speed[i] for i in c[s]])))
+    out["random"] = float(np.exp(expected_choice(rt, d, k, log_speed, row["clear"])))
+    extra: dict[str, Any] = {"confirmed_speed": {str(i): list(v) for i, v in speed.items()},
+                             "model_fastest_ci": [list(speed[i]) for i in c["model_fastest"]]}
     if model is not None:
-        choice = learn_choice(t, model, configs, rt, d, k)  # stored faster: in `ids`
+        choice = learn_choice(t, model, configs, rt, d, k, row["clear"])  # in `ids`
         out["learn"] = speed[choice][0]
         extra["learn_choice"] = choice
     if model is not None:  # chosen by the selection rounds, reported on the others

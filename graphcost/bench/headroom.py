@@ -47,7 +47,8 @@ def figures(rows: list[dict[str, Any]], source: str) -> dict[str, Any]:
     out: dict[str, Any] = {"programs": len(rows)}
     if not rows:
         return out
-    arms = [s for s in (*STRATEGIES, "learn", "search") if all(s in r[source] for r in rows)]
+    arms = [s for s in (*STRATEGIES, "learn", "search", "model_fastest")
+            if all(s in r[source] for r in rows)]
     v = {s: np.array([r[source][s] for r in rows]) for s in arms}
     for s in arms:
         out[s] = geomean_ci(v[s])
@@ -74,8 +75,9 @@ def summarize_rows(rows: list[dict[str, Any]]) -> dict[str, Any]:
         out["headroom"][label] = figures([r for r in rows if lo <= headroom_of(r) < hi],
                                          source)
     if source == "confirmed":  # the model's choice slower than the default beyond noise
-        out["model_slower_than_default"] = sorted(
-            r["program"] for r in rows if any(ci[2] < 1 for ci in r["model_ci"]))
+        for arm in ("model", "model_fastest"):
+            out[f"{arm}_slower_than_default"] = sorted(
+                r["program"] for r in rows if any(ci[2] < 1 for ci in r.get(f"{arm}_ci", [])))
     return out
 
 
@@ -125,8 +127,16 @@ def format_families(result: dict[str, Any]) -> str:
             lines.append(f"{label}: the search beat the pool's best on "
                          f"{f['search_beats_pool']} of {f['programs']} programs")
     if "model_slower_than_default" in s:
-        slow = s["model_slower_than_default"]
+        slow, plain = s["model_slower_than_default"], s["model_fastest_slower_than_default"]
         lines.append(f"model's choice slower than the default beyond the rounds' noise: "
-                     f"{len(slow)} programs{': ' + ', '.join(slow) if slow else ''}")
+                     f"{len(slow)} programs{': ' + ', '.join(slow) if slow else ''}; "
+                     f"choosing the fastest stored instead (no noise rule): {len(plain)}"
+                     f"{': ' + ', '.join(plain) if plain else ''}")
+    if "model_fastest" in s["all"]:
+        lines.append("the model's choice without the noise rule (the fastest stored of its "
+                     "picks): " + "; ".join(
+                         f"{label} {_ci(f['model_fastest'])}"
+                         for label, f in [*s["headroom"].items(), ("all", s["all"])]
+                         if f["programs"]))
     lines.append("(95% intervals over programs)")
     return "\n".join(lines)

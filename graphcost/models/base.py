@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import dataclasses
 import logging
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 
 import numpy as np
@@ -228,6 +228,11 @@ class RankingNet(nn.Module):
     @property
     def device(self) -> torch.device:
         return next(self.parameters(), torch.zeros(0)).device  # a rule has no parameters
+
+    def fit_prior(self, graphs: Iterable[GraphTensors]) -> str | None:
+        """Fit what the network starts from before training (a rule underneath, see the
+        ranker's `prior`); what was fitted, or None (here: nothing, `graphs` unread)."""
+        return None
 
     def penalty(self) -> Tensor | None:
         """A regularisation term training adds to the loss (None: none)."""

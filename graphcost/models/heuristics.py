@@ -55,18 +55,24 @@ class Heuristic(RankingNet):
         """Set what the rule needs from the train graphs; says what was done."""
         return "training-free: nothing fitted, no optimiser steps"
 
+    def config_scores(self, configs: Tensor, g: GraphTensors) -> Tensor:
+        """(C,) scores of configs (shaped like `g.configs(ids)`) of one graph `g`, which
+        need not be g's own: what a model that learns on top of the rule adds."""
+        raise NotImplementedError(f"{type(self).__name__} scores batches only")
 
-def moved_layouts(b: Batch) -> Tensor:
-    """(C, K, 3): 1 where a config sets the layout of role r (output, input, kernel) of
-    configurable node k, i.e. any of its 6 minor-to-major entries is not −1."""
-    c, k, _ = b.config.shape
-    return (b.config.reshape(c, k, 3, 6) != -1).any(-1).float()
+
+def moved_layouts(config: Tensor) -> Tensor:
+    """(C, K, 3) from layout configs (C, K, 18): 1 where a config sets the layout of role
+    r (output, input, kernel) of configurable node k, i.e. any of its 6 minor-to-major
+    entries is not −1."""
+    c, k, _ = config.shape
+    return (config.reshape(c, k, 3, 6) != -1).any(-1).float()
 
 
 def moved_cost(b: Batch, weight: Tensor) -> Tensor:
     """(B, C): each config's moved layouts (`moved_layouts`), each costing its `weight`
     (K, 3), summed over the configurable nodes of its graph."""
-    per_node = (moved_layouts(b) * weight).sum(-1, keepdim=True)  # (C, K, 1)
+    per_node = (moved_layouts(b.config) * weight).sum(-1, keepdim=True)  # (C, K, 1)
     return pool_own("sum", per_node, b.config_graph, b.num_graphs)[..., 0].t()
 
 
@@ -79,13 +85,17 @@ class FewestChanges(Heuristic):
     """
 
     kinds = ("layout",)
+    unit = 1.0  # what one unit of the score is, as a ranker's `prior` reads it
 
-    def weight(self, b: Batch) -> Tensor:
-        """What one moved layout of each (node, role) costs: here 1."""
+    def weight(self, b: Batch | GraphTensors) -> Tensor:
+        """(K, 3): what one moved layout of each (node, role) costs: here 1."""
         return torch.ones_like(b.config_bytes)
 
     def forward(self, b: Batch) -> Tensor:
         return moved_cost(b, self.weight(b))
+
+    def config_scores(self, configs: Tensor, g: GraphTensors) -> Tensor:
+        return (moved_layouts(configs) * self.weight(g).to(configs.device)).sum((1, 2))
 
 
 class MovedBytes(FewestChanges):
@@ -98,7 +108,9 @@ class MovedBytes(FewestChanges):
     node k lays out), the traffic of the copies it forces.
     """
 
-    def weight(self, b: Batch) -> Tensor:
+    unit = float(2**20)  # MiB
+
+    def weight(self, b: Batch | GraphTensors) -> Tensor:
         return b.config_bytes
 
 
@@ -175,8 +187,11 @@ class ConfigOnly(Heuristic):
         return torch.cat([one_hot, linear], -1)
 
     def forward(self, b: Batch) -> Tensor:
-        return self.features(b.config) @ torch.cat([self.level_weight.flatten(),
-                                                    self.linear_weight])
+        return self.config_scores(b.config, None)
+
+    def config_scores(self, configs: Tensor, g: GraphTensors | None) -> Tensor:
+        return self.features(configs) @ torch.cat([self.level_weight.flatten(),
+                                                   self.linear_weight])
 
     def fit_closed_form(self, graphs: Iterable[GraphTensors]) -> str:
         kept = []
@@ -208,3 +223,11 @@ class ConfigOnly(Heuristic):
                 f"{int(torch.isnan(self.levels[:, 0]).sum())} linear config features over "
                 f"{phi.shape[0]} configs of {len(kept)} graphs, solved once: no optimiser "
                 "steps")
+
+
+#: the rules a ranker can learn a correction on top of (`RankerSettings.prior`), by kind
+PRIORS: dict[str, tuple[type[Heuristic], str]] = {
+    "fewest-changes": (FewestChanges, "layout"),
+    "moved-bytes": (MovedBytes, "layout"),
+    "config-only": (ConfigOnly, "tile"),
+}

@@ -26,6 +26,7 @@ from graphcost.errors import SettingsError, UserError
 from graphcost.formats import Graph
 from graphcost.models.base import GraphTensors, RankingNet, graph_tensors
 from graphcost.models.heuristics import (
+    PRIORS,
     ConfigOnly,
     ConfigOnlySettings,
     DefaultFirst,
@@ -110,6 +111,7 @@ MODEL_RULES: dict[str, fields.Rule] = {
     "backbone": fields.one_of("sage", "resgcn"), "mlp_layers": fields.AT_LEAST_1,
     "num_ops": fields.AT_LEAST_1, "keep_nodes": fields.NON_NEGATIVE,
     "l2": fields.NON_NEGATIVE, "config_scale": fields.POSITIVE, "ridge": fields.NON_NEGATIVE,
+    "prior": fields.one_of("", *PRIORS),
 }
 
 

@@ -114,6 +114,7 @@ def fit(model: Model, train_graphs: Sequence[Graph], valid_graphs: Sequence[Grap
         model.net.load_state_dict(ckpt["model"]["state_dict"])
     elif not s.warm_start:
         model.build(model.fit_transform(train_graphs))
+        model.net.fit_prior(model.prepare(g) for g in train_graphs)
     elif model.net is None:
         raise ValueError("warm_start needs a fitted model: train or load one first")
     net = model.net.to(ctx.device)
