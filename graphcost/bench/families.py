@@ -21,7 +21,10 @@ config measured faster than it, every model's and the portfolio's choice) is tim
 fresh interleaved rounds, with one more strategy:
 - `search`: what `graphcost autotune` measures, the model's (first seed's) top K of
   `samples` fresh configs, most of them outside the pool; its choice (the fastest of
-  them or the default) is made in the first `SELECT_ROUNDS` rounds.
+  them clearly faster than the default, else the default) is made in the first
+  `SELECT_ROUNDS` rounds.
+Every strategy that chooses ends on the fastest of its picks `clearly_faster` than the
+default (by the stored rounds), else on the default, as `graphcost autotune` does.
 Every headline figure comes from the rounds after those: each strategy's confirmed
 speed-up over the default, random-K's as the expectation over draws of the log of each
 draw's choice's confirmed speed-up (a geometric mean, as every other figure). A
@@ -269,10 +272,10 @@ def confirm_row(row: dict[str, Any], g: Any, coll_kind: str, seed: int, distinct
                 select_rounds: int = SELECT_ROUNDS) -> dict[str, Any]:
     """Time the row's `confirm_set` again in fresh interleaved rounds, with `model`'s
     `search_picks` when a model is given (the `search` strategy: configs beyond the
-    pool). The search's choice is the fastest of its picks and the default in the
-    first `select_rounds` rounds; every figure comes from the rounds after those: each
-    strategy's confirmed speed-up over the default (the geometric mean over rounds, with
-    its 95% interval for the model's choices)."""
+    pool). The search's choice is the fastest of its picks clearly faster than the
+    default in the first `select_rounds` rounds, else the default; every figure comes
+    from the rounds after those: each strategy's confirmed speed-up over the default (the
+    geometric mean over rounds, with its 95% interval for the model's choices)."""
     from graphcost.autotune.program import measure, prepare
     from graphcost.autotune.tune import ratio_interval
     from graphcost.xla.programs import make_program
@@ -318,10 +321,11 @@ def confirm_row(row: dict[str, Any], g: Any, coll_kind: str, seed: int, distinct
         def selected(x: Any) -> float:
             return float(np.exp(np.mean(np.log(results[x].rounds_ns[:select_rounds]))))
 
-        ok = [key(x) for x in picks if results[key(x)].ok]
-        best = min(ok, key=selected, default=None)
-        won = best is not None and selected(best) < selected(key(configs[d]))
-        out["search"] = confirmed(best)[0] if won else 1.0
+        base_select = results[key(configs[d])].rounds_ns[:select_rounds]
+        ok = [key(x) for x in picks if results[key(x)].ok
+              and clearly_faster(base_select, results[key(x)].rounds_ns[:select_rounds])]
+        best = min(ok, key=selected, default=None)  # as `autotune.choose` chooses
+        out["search"] = confirmed(best)[0] if best is not None else 1.0
         extra |= {"search_configs": [t.configs.to_json(x) for x in picks],
                  "search_budget": [samples, evaluations],
                  "search_failed": len(picks) - len(ok)}
