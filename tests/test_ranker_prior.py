@@ -54,10 +54,10 @@ def test_every_scoring_path_adds_the_same_weighted_rule():
                 m.net.config_scorer(gt)(gt.configs(ids)).numpy()]
 
     with torch.no_grad():
-        m.net.prior_weight.fill_(0.7)
+        m.net.prior.weight.fill_(0.7)
     weighted = paths()
     with torch.no_grad():
-        m.net.prior_weight.fill_(0.0)
+        m.net.prior.weight.fill_(0.0)
     plain = paths()
     assert np.ptp(plain[0]) > 1e-3  # the head is not flat: the test can tell paths apart
     for w, p in zip(weighted, plain, strict=True):
@@ -83,7 +83,7 @@ def test_config_only_prior_is_fitted_before_training_and_saved(tmp_path):
     new = graph(9)
     gt = m.prepare(new)
     ids = np.arange(gt.num_configs)
-    prior = m.net.prior.config_scores(gt.configs(ids), gt).detach().numpy()
+    prior = m.net.prior.rule.config_scores(gt.configs(ids), gt).detach().numpy()
     np.testing.assert_allclose(prior, score_graph(alone, new), atol=1e-5)
     assert np.ptp(prior) > 0.5  # fitted: an unfitted rule ties every config
     loaded = Model.load(m.save(tmp_path / "model.pt"))
@@ -95,7 +95,7 @@ def test_gst_training_runs_with_a_prior():
     m = Model("ranker", "layout", prior="fewest-changes", hidden=16, opcode_dim=8)
     result = fit(m, train, None, gst_settings(epochs=1, head_finetune_epochs=0))
     assert all(np.isfinite(h["train_loss"]) for h in result["history"])
-    assert m.net.prior_weight.item() != 1.0  # the rule's weight was trained
+    assert m.net.prior.weight.item() != 1.0  # the rule's weight was trained
 
 
 @pytest.mark.parametrize("kind, prior", [("tile", "moved-bytes"), ("layout", "config-only")])

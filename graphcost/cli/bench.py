@@ -435,3 +435,39 @@ def bench_apply_cmd(programs: str, calls: int, rounds: int, core: int | None,
     pin(core, core is None)
     _bench_table(HEADER, format_row, format_apply, json_path, lambda on_row: bench_apply(
         comma_list(programs), calls, rounds, on_row=on_row))
+
+
+@bench.command("knobs")
+@click.option("--out", "out_dir", type=click.Path(file_okay=False), required=True,
+              help="rows are kept in OUT/knobs.json; a rerun timing the same way reuses them")
+@click.option("--families", default=None, help="comma-separated zoo families (default: all)")
+@click.option("--per-family", type=click.IntRange(min=1), default=2, show_default=True,
+              help="the first N programs of each family")
+@click.option("--runs", default=10, show_default=True, help="Timed calls per round.")
+@click.option("--warmup", default=2, show_default=True, help="Untimed calls first.")
+@click.option("--rounds", type=click.IntRange(min=2), default=6, show_default=True,
+              help="fresh interleaved rounds; the speed-ups' intervals are over them")
+@click.option("--max-run-s", default=0.25, show_default=True,
+              help="A config whose single call is slower fails.")
+@click.option("--core", type=CORE, default=None,
+              help="Pin to this core (default: the first one allowed).")
+@click.option("--candidates/--no-candidates", default=True, show_default=True,
+              help="also the candidate knobs (xla.configs.CANDIDATE_KNOBS), not only "
+                   "the search space's OPTION_KNOBS")
+@json_option
+def bench_knobs_cmd(out_dir: str, families: str | None, per_family: int, runs: int,
+                    warmup: int, rounds: int, max_run_s: float, core: int | None,
+                    candidates: bool, json_path: str | None) -> None:
+    """Each compiler option's effect on each program family, one knob at a time: every
+    single-knob change timed against the default in the same rounds."""
+    core = pin(core, no_pin=False)
+    from graphcost.bench.knobs import bench_knobs, format_knobs
+    from graphcost.xla.configs import CANDIDATE_KNOBS, OPTION_KNOBS
+    from graphcost.xla.measure import Protocol
+
+    knobs = OPTION_KNOBS + (CANDIDATE_KNOBS if candidates else ())
+    result = bench_knobs(out_dir, comma_list(families), per_family, knobs,
+                         Protocol(warmup, runs, rounds, max_run_s), core, log=click.echo)
+    click.echo(format_knobs(result))
+    if json_path:
+        write_json(result, json_path)

@@ -22,11 +22,10 @@ Pipeline for a layout graph (the tile variant differs only where noted):
    configs of its graph (a pre-norm transformer block, `attn_layers` of them), so the
    model scores a config relative to its alternatives.
 7. Head: LayerNorm → MLP → one score; LOWER = FASTER.
-8. Optionally a rule underneath (`prior`, issue 31): the score of a heuristic baseline
-   (`heuristics.PRIORS`) times a learned weight is added to the head's, and the head's
-   last layer starts at zero, so training starts from the rule and learns a correction:
-   s(c) = head(c) + w · p(c), with p = log(1 + moved layouts or bytes) for layouts and
-   config-only's fitted log runtime for tiles.
+8. Optionally a rule underneath (`prior`, issue 31): a heuristic baseline's score,
+   squashed and times a learned weight (`heuristics.Prior`), is added to the head's,
+   whose last layer starts at zero, so training starts from the rule and learns a
+   correction on top of it.
 
 Chunk-order independence at full size: during training the C sampled configs attend
 to each other. At prediction a graph's configs may be far too many for one pass, so
@@ -51,7 +50,6 @@ from torch import Tensor, nn
 from torch_geometric.nn import SAGEConv, global_max_pool
 from torch_geometric.nn import global_mean_pool as mean_pool
 
-from graphcost.errors import SettingsError
 from graphcost.models.base import (
     NUM_OPCODES,
     Batch,
@@ -71,7 +69,7 @@ from graphcost.models.fastpath import (
     row_codes,
     state_configs,
 )
-from graphcost.models.heuristics import PRIORS, ConfigOnly, ConfigOnlySettings
+from graphcost.models.heuristics import Prior
 from graphcost.models.ranker_layers import CrossConfigAttention, DirectedSAGEConv
 from graphcost.models.segments import is_segmented, split_segments
 
@@ -208,46 +206,13 @@ class Ranker(RankingNet):
                                   for _ in range(s.attn_layers))
         self.head = nn.Sequential(nn.LayerNorm(d), mlp(d, d, 1, s.dropout))
         self.drop = nn.Dropout(s.dropout)
-        self.prior, self.prior_weight = None, None
-        if s.prior:
-            rule, rule_kind = PRIORS.get(s.prior, (None, None))
-            if rule_kind != kind:
-                known = [n for n, (_, k) in PRIORS.items() if k == kind]
-                raise SettingsError(f"ranker setting prior={s.prior!r}: a {kind} ranker can "
-                                    f"learn on top of {', '.join(map(repr, known))} or none")
-            self.prior = rule(kind, ConfigOnlySettings(), node_dim, config_dim)
-            self.prior_weight = nn.Parameter(torch.ones(()))
-            nn.init.zeros_(self.head[1].lins[-1].weight)  # start from the rule alone
+        self.prior = Prior(s.prior, kind, node_dim, config_dim) if s.prior else None
+        if self.prior is not None:  # start from the rule alone
+            nn.init.zeros_(self.head[1].lins[-1].weight)
             nn.init.zeros_(self.head[1].lins[-1].bias)
 
     def fit_prior(self, graphs: Iterable[GraphTensors]) -> str | None:
-        """Fit the rule underneath to the train graphs before training (config-only's
-        least squares); what was fitted, or None when there is nothing to fit."""
-        if isinstance(self.prior, ConfigOnly):
-            return self.prior.fit_closed_form(graphs)
-        return None
-
-    def prior_term(self, b: Batch) -> Tensor:
-        """(B, C) the rule's weighted scores of the batch's configs (0 without a rule)."""
-        if self.prior is None:
-            return torch.zeros(())
-        return self.prior_weight * self._squash(self.prior(b))
-
-    def prior_scores(self, g: GraphTensors, configs: Tensor) -> Tensor:
-        """(C,) the rule's weighted scores of configs of one graph, shaped like
-        `g.configs(ids)` (0 without a rule)."""
-        if self.prior is None:
-            return torch.zeros(())
-        p = self.prior.config_scores(configs.to(self.prior_weight.device), g)
-        return self.prior_weight * self._squash(p)
-
-    def _squash(self, p: Tensor) -> Tensor:
-        """Layout rules count layouts or MiB moved: log(1 + count) keeps a copy of a 1 GB
-        tensor within a few units of no copy, and a few KiB near no change, so the head
-        breaks those ties (in bytes, a 4 KiB copy scored 8 units from none and ranked
-        worse: τ 0.366 against 0.415 in MiB, layout:cpu:default, seed 0, moved-bytes);
-        config-only is already a log runtime."""
-        return torch.log1p(p / self.prior.unit) if self.kind == "layout" else p
+        return self.prior.fit(graphs) if self.prior is not None else None
 
     def _gnn(self, h: Tensor, b: Batch) -> Tensor:
         if self.s.directed and b.edge_forward is None:
@@ -360,7 +325,8 @@ class Ranker(RankingNet):
 
     def forward(self, b: Batch) -> Tensor:
         """Training scores (B, C): the sampled configs of each graph attend to each other."""
-        return self.score_embedding(self.embed(b), b.mask) + self.prior_term(b)
+        scores = self.score_embedding(self.embed(b), b.mask)
+        return scores if self.prior is None else scores + self.prior(b)
 
     def encode_segment(self, b: Batch, share: Tensor | None = None) -> Tensor:
         """Segment hook (models/segments.py): `embed` of each graph's segment in `b` with
@@ -407,7 +373,7 @@ class Ranker(RankingNet):
     def head_parameters(self) -> list[nn.Parameter]:
         """What `score_embedding` and the rule's weight learn: GST's final phase
         fine-tunes only these."""
-        extra = [self.prior_weight] if self.prior_weight is not None else []
+        extra = [self.prior.weight] if self.prior is not None else []
         return [*self.attn.parameters(), *self.head.parameters(), *extra]
 
     def _fast_embedder(self, g: GraphTensors) -> Callable[[Tensor], Tensor] | None:
@@ -456,7 +422,7 @@ class Ranker(RankingNet):
         for chunk in chunks(ids):
             own = torch.as_tensor(chunk, device=dev)[:, None]
             same = [(own == rid[None, :]).unsqueeze(0) for rid in rids]
-            prior = 0 if self.prior is None else self.prior_scores(g, g.configs(chunk)).cpu()
+            prior = 0 if self.prior is None else self.prior.scores(g, g.configs(chunk)).cpu()
             out.append(self._head_against(embed(chunk), states, same) + prior)
         return torch.cat(out) if out else torch.zeros(0)
 
@@ -514,8 +480,8 @@ class Ranker(RankingNet):
                 q = chunk.reshape(chunk.shape[0], -1)
                 same = [first_equal(q.to(f.dtype), f, c)
                         for f, c in zip(flats, codes, strict=True)]
-                out.append(self._head_against(embed(chunk), states, same)
-                           + self.prior_scores(g, chunk).float().cpu())
+                prior = 0 if self.prior is None else self.prior.scores(g, chunk).cpu()
+                out.append(self._head_against(embed(chunk), states, same) + prior)
             return torch.cat(out) if out else torch.zeros(0)
 
         return score

@@ -199,7 +199,7 @@ class SegmentStep(Step):
             scores = self.net.score_embedding(h, mask[mine]).float()
             if self.net.prior is not None:  # the rule underneath (the ranker's `prior`)
                 scores = scores + torch.stack([
-                    self.net.prior_scores(it.gt, it.gt.configs(it.configs[sl]))
+                    self.net.prior.scores(it.gt, it.gt.configs(it.configs[sl]))
                     for it, sl in zip(chosen, slots, strict=True)]).float()
         if self.ctx.world == 1:
             return self.loss_fn(scores, runtime, mask), int(mask.sum())

@@ -368,6 +368,49 @@ OPTION_KNOBS: tuple[Knob, ...] = (
 )
 OptionsConfig = tuple[int, ...]  # one choice index per knob; all 0 = default
 
+#: XLA:CPU options beyond OPTION_KNOBS that might make a program faster, for `graphcost
+#: bench knobs` (not features: `option_features` encodes OPTION_KNOBS only). Kept from ~30
+#: options of jax 0.10.2 tried alone (optimized HLO compared on 47 zoo programs, speed on
+#: one of each of the 24 families, 6 rounds, "faster" = 95% interval above 1): each value
+#: compiles and changed the HLO or the speed of some program. Values are typed as the
+#: DebugOptions field: enums by name, a list of enums as comma-separated names.
+_YNN = "LIBRARY_FUSION_TYPE_"
+CANDIDATE_KNOBS: tuple[Knob, ...] = (
+    # jax sets it False (NaN-propagating min/max); True: plain vector min/max (relu, max
+    # pooling, softmax's max). New HLO on 12 of 47 programs; no speed change seen yet.
+    Knob("fast_min_max", "xla_cpu_enable_fast_min_max", (None, True), (0, 1)),
+    # a memory-optimized schedule (buffers reused sooner): new order on 23 of 24 programs
+    Knob("scheduler", "xla_cpu_scheduler_type", (None, "CPU_SCHEDULER_TYPE_MEMORY_OPTIMIZED"),
+         (0, 1)),
+    # what YNNPACK fuses (by default DOT,ELTWISE,REDUCE; "" is no_ynn_fusion above): each
+    # value >= 5% faster on 2-3 programs (embedding 2.2x with INDIVIDUAL_DOT, grouped_conv
+    # 1.2x, mlp 1.1x), slower on others; DOT,ELTWISE and ELTWISE never 5% faster
+    Knob("ynn_fusion", "xla_cpu_experimental_ynn_fusion_type",
+         (None, _YNN + "DOT", _YNN + "REDUCE", _YNN + "INDIVIDUAL_DOT",
+          _YNN + "INDIVIDUAL_CONVOLUTION"), (0, 1, 2, 3, 4)),
+    # copy insertion drops copies of loop state: new HLO for scans and loops (rnn, gnn)
+    Knob("region_copy_insertion", "xla_cpu_copy_insertion_use_region_analysis",
+         (None, True), (0, 1)),
+    # experimental codegen tiling: same HLO, 9 of 24 programs slower (none faster yet)
+    Knob("tiling_propagation", "xla_cpu_experimental_enable_tiling_propagation",
+         (None, True), (0, 1)),
+    # portable math codegen: same HLO, 1.3-1.5x faster on cnn_nchw, pyramid, train_cnn,
+    # 0.7-0.9x on depthwise, grouped_conv, unet
+    Knob("no_platform_math", "xla_cpu_enable_platform_dependent_math", (None, False), (0, 1)),
+)
+#: Rejected. "No such compile option": xla_cpu_ + use_multi_output_fusion, flatten_after_
+#: fusion, fold_all_constants, small_while_loop_byte_threshold, disable_slp_vectorizer,
+#: disable_loop_unrolling, optimize_for_size, disable_platform_dependent_math. Same HLO on
+#: all 47 and never 5% faster: xla_cpu_experimental_ + xnn_fusion_type (YNN takes those
+#: fusions), xnn_graph_fusion_mode, onednn_fusion_type, onednn_custom_call; xla_cpu_ +
+#: use_onednn, use_xnnpack=False, multi_thread_eigen=False, opt_preset=FAST_RUNTIME,
+#: scheduler CONCURRENCY_OPTIMIZED, parallel_codegen_split_count=1, ftz=False (on by
+#: default), enable_concurrency_optimized_scheduler (deprecated), use_acl (ARM);
+#: exec_time_optimization_effort, optimization_level. Only switch optimisations off:
+#: opt_preset=FAST_COMPILE (4 slower, none 5% faster), xla_llvm_enable_*_metadata=False.
+#: Need fast_math set too: xla_cpu_fast_math_honor_*. Outlive one compile (LLVM's global
+#: flags): xla_backend_extra_options.
+
 
 def default_options() -> OptionsConfig:
     return (0,) * len(OPTION_KNOBS)
