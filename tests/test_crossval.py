@@ -276,3 +276,53 @@ def test_graph_folds_hold_out_each_graph_once_with_its_family_seen_in_training(t
                for fold in plan)
     with pytest.raises(ValueError, match="unknown fold grouping"):
         plan_folds(open_collection(data), 3, group="program")
+
+
+EXTERNAL = {"flax_cnn": 2, "eqx_mlp": 1}
+
+
+def test_external_trains_on_every_family_and_scores_every_external_graph(tmp_path,
+                                                                         monkeypatch):
+    data = write_families(tmp_path / "zoo")
+    ext = write_families(tmp_path / "ext", families=EXTERNAL)
+    seen = []
+    real_fit = graphcost.train.run.fit
+
+    def spy(model, train_graphs, valid_graphs, *args, **kwargs):
+        seen.append(({g.name for g in train_graphs}, {g.name for g in valid_graphs or []}))
+        return real_fit(model, train_graphs, valid_graphs, *args, **kwargs)
+
+    monkeypatch.setattr(graphcost.train.run, "fit", spy)
+    result = crossvalidate(data, "ranker", 5, fast_settings(), {"hidden": 16},
+                           valid_fraction=0.2, external=ext)
+    zoo = {p.stem for files in open_collection(data).splits.values() for p in files}
+    (train, valid), = seen  # one model
+    assert train | valid == zoo and not train & valid and valid
+    assert set(result["graphs"]) == {f"{f}.{j:03d}" for f, n in EXTERNAL.items()
+                                     for j in range(n)}
+    assert result["folds"] == 1 and result["group"] == "external"
+    assert result["data"] == str(ext.resolve()) and str(ext) in result["collection"]
+    assert all(len(row["pred"]) == 6 for row in result["graphs"].values())
+
+
+def test_external_results_pair_in_compare_and_bad_externals_are_refused(tmp_path):
+    data = write_families(tmp_path / "zoo", "tile")
+    ext = write_families(tmp_path / "ext", "tile", families=EXTERNAL)
+    files = []
+    for model, seed in (("mlp", 0), ("mlp", 1), ("config-only", 0)):
+        files.append(tmp_path / f"{model}{seed}.json")
+        fast = FAST if model == "mlp" else []
+        r = CliRunner().invoke(main, ["crossval", str(data), "--external", str(ext),
+                                      "--model", model, "--seed", str(seed), "--json",
+                                      str(files[-1]), *fast])
+        assert r.exit_code == 0, r.output
+        assert "external: 3 graphs, each scored once by the model that never saw its " \
+               "programs" in r.output
+    r = CliRunner().invoke(main, ["compare", str(files[0]), str(files[1]), "--against",
+                                  str(files[2])])
+    assert r.exit_code == 0 and "over 3 graphs scored by both" in r.output, r.output
+    layout = write_families(tmp_path / "lay", "layout", families=EXTERNAL)
+    same = write_families(tmp_path / "same", "tile", families={"mlp": 1})
+    for bad, words in ((layout, "holds layout graphs"), (same, "in the training one too")):
+        r = CliRunner().invoke(main, ["crossval", str(data), "--external", str(bad), *FAST])
+        assert r.exit_code == 2 and words in r.output and "Traceback" not in r.output, r.output

@@ -189,11 +189,15 @@ def submit_cmd(data: str, models: tuple[str, ...], out_path: str, split: str, de
               show_default=True,
               help="deal whole program families into folds (unseen programs), or single "
                    "graphs (their families seen in training: the comparison figure)")
+@click.option("--external", type=click.Path(exists=True, file_okay=False), default=None,
+              help="instead of folds, train one model on every family of DATA and score "
+                   "every graph of this collection (an external test set, same kind)")
 @click.option("--verbose", is_flag=True, help="print every epoch's line, as `train` does")
 @_device_option
 def crossval_cmd(data: str, folds: int, model_name: str, sets: tuple[str, ...],
                  epochs: int | None, valid_fraction: float, seed: int, out_dir: str | None,
-                 json_path: str | None, group: str, verbose: bool, device: str) -> None:
+                 json_path: str | None, group: str, external: str | None, verbose: bool,
+                 device: str) -> None:
     """Leave-family-out k-fold cross-validation on every graph of a collection (all its
     splits pooled): per-fold and overall mean τ (tile: tile score) with 95% intervals."""
     from graphcost.atomic import write_json
@@ -205,7 +209,7 @@ def crossval_cmd(data: str, folds: int, model_name: str, sets: tuple[str, ...],
                                         **given)  # a bad --set: UserError, exit 2
     result = crossvalidate(data, model_name, folds, settings, model_kw, out_dir,
                            settings.seed,  # --seed, or --set seed=: it seeds the folds too
-                           valid_fraction, group, log=click.echo)
+                           valid_fraction, group, external, log=click.echo)
     click.echo(format_overall(result))
     if json_path:
         write_json(result, json_path)

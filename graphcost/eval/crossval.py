@@ -8,6 +8,11 @@ trained on the other folds' families and evaluated on the fold's. A seeded share
 training families (`valid_fraction` of their graphs) is set aside for early stopping, so
 neither the held-out families nor the validation ones are trained on.
 
+With an external collection (`external`), there is one fold: a model trained on every
+family of the collection (validation families carved as in a fold) scores every graph of
+the external one, programs from outside the collection's zoo; the result has the same
+form, so `compare` pairs models on it as on the folds.
+
 Training is `train_model` and scoring `evaluate_model`, the paths of `graphcost train`
 and `graphcost evaluate`; only the choice of files differs.
 """
@@ -94,11 +99,34 @@ def plan_folds(coll: Collection, folds: int, seed: int = 0,
     return plan
 
 
+def external_fold(coll: Collection, external: Collection, seed: int = 0,
+                  valid_fraction: float = 0.15) -> Fold:
+    """One fold that trains on every family of `coll` (less the validation families
+    carved from them) and holds out every graph of `external`, all its splits pooled."""
+    if external.kind != coll.kind:
+        raise UserError(f"{external.root} holds {external.kind} graphs, {coll.root} "
+                        f"{coll.kind}: a model of one kind cannot score the other")
+    files, held = pooled_files(coll), pooled_files(external)
+    both = sorted(set(files) & set(held))
+    if both:
+        raise UserError(f"{len(both)} graphs of the external collection are in the training "
+                        f"one too (e.g. {both[0]}): an external test set must be apart")
+    sizes = family_sizes(files)
+    valid = carve_families(sizes, valid_fraction, seed + 1)
+    train = [f for f in sizes if f not in valid]
+    splits = {"train": [p for n, p in files.items() if family_of(n) in train],
+              "valid": [p for n, p in files.items() if family_of(n) in valid],
+              "test": list(held.values())}
+    return Fold(1, sorted(family_sizes(held)), valid, train, Collection(
+        name=coll.name, root=coll.root, splits={s: f for s, f in splits.items() if f}))
+
+
 def crossvalidate(data: str | Path, model: str = "ranker", folds: int = 5,
                   settings: TrainSettings | None = None,
                   model_settings: dict[str, Any] | None = None,
                   out_dir: str | Path | None = None, seed: int = 0,
                   valid_fraction: float = 0.15, group: str = "family",
+                  external: str | Path | None = None,
                   log: Callable[[str], None] | None = None) -> dict:
     """Train and evaluate one model per fold; return per-fold and per-graph figures and
     the overall means with 95% intervals (every graph scored once, by its fold's model;
@@ -107,6 +135,8 @@ def crossvalidate(data: str | Path, model: str = "ranker", folds: int = 5,
     Fold runs go to `out_dir/fold-<i>` (a temporary folder when None). `log` receives a
     line before and after each fold. Bad input (no collection, folds < 2, more folds than
     families, an unknown model or setting) raises UserError before any training.
+    With `external` (another collection of the same kind), one model trained on all of
+    `data` scores every graph of it instead (`external_fold`); `folds` is then 1.
     """
     say = log or (lambda _: None)
     coll = open_collection(data)
@@ -114,9 +144,15 @@ def crossvalidate(data: str | Path, model: str = "ranker", folds: int = 5,
     Model(model, kind, **(model_settings or {}))  # refuse an unknown model or setting now
     s = settings or TrainSettings()
     s.check()
-    plan = plan_folds(coll, folds, seed, valid_fraction, group)
+    if external is None:
+        plan, scored = plan_folds(coll, folds, seed, valid_fraction, group), data
+    else:
+        ext = open_collection(external)
+        plan, scored, folds, group = [external_fold(coll, ext, seed, valid_fraction)], \
+            external, 1, "external"
     result: dict[str, Any] = {
-        "collection": coll.name, "data": str(Path(data).resolve()), "kind": kind,
+        "collection": coll.name if external is None else f"{ext.name} at {ext.root}",
+        "data": str(Path(scored).resolve()), "kind": kind,
         "model": model, "model_settings": model_settings or {},
         "settings": dataclasses.asdict(s), "folds": folds, "seed": seed,
         "valid_fraction": valid_fraction, "group": group, "fold_results": [], "graphs": {},
@@ -178,6 +214,8 @@ def format_overall(result: dict) -> str:
     how = ("leave-family-out", "never saw its family")
     if result.get("group") == "graph":  # the held-out graph's family is in training
         how = ("leave-graph-out", "never saw the graph")
+    if result.get("group") == "external":  # programs from outside the training zoo
+        how = ("external", "never saw its programs")
     lines = [f"{result['collection']} {result['model']}, {k}-fold {how[0]}: "
              f"{len(result['graphs'])} graphs, each scored once by the model that "
              f"{how[1]}; mean [95% interval]:",
