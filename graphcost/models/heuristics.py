@@ -225,7 +225,6 @@ class ConfigOnly(Heuristic):
                 "steps")
 
 
-
 #: the rules a ranker can learn a correction on top of (`RankerSettings.prior`), by kind
 PRIORS: dict[str, tuple[type[Heuristic], str]] = {
     "fewest-changes": (FewestChanges, "layout"),
