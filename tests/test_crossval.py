@@ -79,12 +79,10 @@ def test_validation_families_hold_the_fraction_and_leave_training_families():
     assert len(carve_families(sizes, 0.99)) == len(sizes) - 1
 
 
-def test_every_family_is_held_out_once_and_never_trained_on_in_its_fold(tmp_path, monkeypatch):
-    data = write_families(tmp_path)
-    plan = plan_folds(open_collection(data), 3, seed=0, valid_fraction=0.2)
-    assert Counter(f for fold in plan for f in fold.held_out) == Counter(list(FAMILIES))
-
-    seen = []  # what the one training loop was given, fold by fold
+@pytest.fixture
+def trained_on(monkeypatch) -> list[tuple[set, set]]:
+    """What the one training loop is given, call by call: (train names, valid names)."""
+    seen = []
     real_fit = graphcost.train.run.fit
 
     def spy(model, train_graphs, valid_graphs, *args, **kwargs):
@@ -92,10 +90,18 @@ def test_every_family_is_held_out_once_and_never_trained_on_in_its_fold(tmp_path
         return real_fit(model, train_graphs, valid_graphs, *args, **kwargs)
 
     monkeypatch.setattr(graphcost.train.run, "fit", spy)
+    return seen
+
+
+def test_every_family_is_held_out_once_and_never_trained_on_in_its_fold(tmp_path, trained_on):
+    data = write_families(tmp_path)
+    plan = plan_folds(open_collection(data), 3, seed=0, valid_fraction=0.2)
+    assert Counter(f for fold in plan for f in fold.held_out) == Counter(list(FAMILIES))
+
     result = crossvalidate(data, "ranker", 3, fast_settings(), {"hidden": 16},
                            valid_fraction=0.2)
-    assert len(seen) == len(result["fold_results"]) == 3
-    for (train, valid), fold in zip(seen, result["fold_results"], strict=True):
+    assert len(trained_on) == len(result["fold_results"]) == 3
+    for (train, valid), fold in zip(trained_on, result["fold_results"], strict=True):
         held = set(fold["held_out"])
         assert train and not {family_of(n) for n in train} & held
         assert not {family_of(n) for n in valid} & held
@@ -282,21 +288,13 @@ EXTERNAL = {"flax_cnn": 2, "eqx_mlp": 1}
 
 
 def test_external_trains_on_every_family_and_scores_every_external_graph(tmp_path,
-                                                                         monkeypatch):
+                                                                         trained_on):
     data = write_families(tmp_path / "zoo")
     ext = write_families(tmp_path / "ext", families=EXTERNAL)
-    seen = []
-    real_fit = graphcost.train.run.fit
-
-    def spy(model, train_graphs, valid_graphs, *args, **kwargs):
-        seen.append(({g.name for g in train_graphs}, {g.name for g in valid_graphs or []}))
-        return real_fit(model, train_graphs, valid_graphs, *args, **kwargs)
-
-    monkeypatch.setattr(graphcost.train.run, "fit", spy)
     result = crossvalidate(data, "ranker", 5, fast_settings(), {"hidden": 16},
                            valid_fraction=0.2, external=ext)
     zoo = {p.stem for files in open_collection(data).splits.values() for p in files}
-    (train, valid), = seen  # one model
+    (train, valid), = trained_on  # one model
     assert train | valid == zoo and not train & valid and valid
     assert set(result["graphs"]) == {f"{f}.{j:03d}" for f, n in EXTERNAL.items()
                                      for j in range(n)}
