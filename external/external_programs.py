@@ -87,6 +87,12 @@ def _linen_params(model: nn.Module, rng: np.random.Generator, *inputs) -> dict:
     return _fill(rng, jax.eval_shape(model.init, jax.random.PRNGKey(0), *inputs), -1)
 
 
+def _linen_program(model: nn.Module, rng: np.random.Generator, x: jax.Array
+                   ) -> tuple[Callable, tuple]:
+    """A linen module as a program: `model.apply` over its variables and input `x`."""
+    return model.apply, (_linen_params(model, rng, x), x)
+
+
 def _nnx_split(make: Callable[[nnx.Rngs], nnx.Module], rng: np.random.Generator
                ) -> tuple[Callable[[nnx.State], nnx.Module], nnx.State]:
     """(rebuild, state) of the module `make(rngs)` builds: its variables as an argument,
@@ -143,8 +149,7 @@ def flax_resnet(rng: np.random.Generator) -> tuple[Callable, tuple]:
     widths = [base * 2**i for i in range(_pick(rng, [2, 3]))]
     model = _ResNet(widths, classes=10)
     x = _normal(rng, (n, hw, hw, 3))
-    variables = _linen_params(model, rng, x)
-    return model.apply, (variables, x)
+    return _linen_program(model, rng, x)
 
 
 class _ViT(nn.Module):
@@ -172,8 +177,7 @@ def flax_vit(rng: np.random.Generator) -> tuple[Callable, tuple]:
     dim, heads, depth = _pick(rng, [64, 96, 128]), _pick(rng, [2, 4]), 2
     model = _ViT(patch, dim, heads, depth, classes=100)
     x = _normal(rng, (n, hw, hw, 3))
-    variables = _linen_params(model, rng, x)
-    return model.apply, (variables, x)
+    return _linen_program(model, rng, x)
 
 
 class _LSTMTagger(nn.Module):
@@ -197,8 +201,7 @@ def flax_lstm(rng: np.random.Generator) -> tuple[Callable, tuple]:
     hidden, bidir = _pick(rng, [128, 192]), bool(rng.integers(2))
     model = _LSTMTagger(hidden, bidir, classes=16)
     x = _normal(rng, (b, t, f))
-    variables = _linen_params(model, rng, x)
-    return model.apply, (variables, x)
+    return _linen_program(model, rng, x)
 
 
 class _UNet(nn.Module):
@@ -231,8 +234,7 @@ def flax_unet(rng: np.random.Generator) -> tuple[Callable, tuple]:
     base, depth = _pick(rng, [8, 16]), _pick(rng, [2, 3])
     model = _UNet(base, depth)
     x = _normal(rng, (n, hw, hw, 3))
-    variables = _linen_params(model, rng, x)
-    return model.apply, (variables, x)
+    return _linen_program(model, rng, x)
 
 
 class _AutoEncoder(nn.Module):
@@ -262,8 +264,7 @@ def flax_autoencoder(rng: np.random.Generator) -> tuple[Callable, tuple]:
     widths = [_pick(rng, [512, 768]), _pick(rng, [256, 384])]
     model = _AutoEncoder(widths, latent=_pick(rng, [32, 64]), out=d_in)
     x = jnp.asarray(rng.random((batch, d_in), dtype=np.float32))
-    variables = _linen_params(model, rng, x)
-    return model.apply, (variables, x)
+    return _linen_program(model, rng, x)
 
 
 class _SmallCNN(nn.Module):

@@ -145,16 +145,14 @@ def program_row(name: str, g: Any, preds: list[list[float]], portfolio: list[flo
     rt_ = np.where(np.isfinite(rt), rt, np.nan)
     per_round = rt_[:, None] if rounds is None else np.asarray(rounds, dtype=np.float64)
     clear = [i for i in range(len(rt)) if i != d and clearly_faster(per_round[d], per_round[i])]
-    rt_clear = np.full(len(rt), np.nan)
-    rt_clear[[d, *clear]] = rt_[[d, *clear]]
 
-    def chosen(picks: Sequence[int], runtime: np.ndarray = rt_clear) -> int:
-        return best_of(picks, runtime, default=d)
+    def chosen(picks: Sequence[int], rule: bool = True) -> int:
+        return best_of([i for i in picks if not rule or i in clear], rt_, default=d)
 
-    choice = {"pool": chosen(range(len(rt)), rt_), "default": d,
+    choice = {"pool": chosen(range(len(rt)), rule=False), "default": d,
               "portfolio": chosen(top_picks(portfolio, d, k)),
               "model": [chosen(top_picks(p, d, k)) for p in preds],
-              "model_fastest": [chosen(top_picks(p, d, k), rt_) for p in preds]}
+              "model_fastest": [chosen(top_picks(p, d, k), rule=False) for p in preds]}
     speed = {s: float(rt[d] / rt[choice[s]]) for s in ("pool", "portfolio", "default")}
     for s in ("model", "model_fastest"):
         speed[s] = float(np.exp(np.mean([np.log(rt[d] / rt[i]) for i in choice[s]])))

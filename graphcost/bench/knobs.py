@@ -58,16 +58,13 @@ def time_program(name: str, fn: Callable, args: Sequence[Any], knobs: Sequence[K
                  protocol: Protocol, core: int | None = None, seed: int = 0) -> dict[str, Any]:
     """One program's row: lowered once, the default and every single-knob change
     compiled, then all timed together (pinned to `core` when given)."""
-    import jax
 
     from graphcost.autotune.program import pinned
     from graphcost.autotune.tune import ratio_interval
     from graphcost.xla.measure import error_line, time_executables
-    from graphcost.xla.prepare import input_maker
+    from graphcost.xla.prepare import input_maker, lower_flat
 
-    leaves, tree = jax.tree.flatten(tuple(args))
-    lowered = jax.jit(lambda *xs: fn(*jax.tree.unflatten(tree, xs)), keep_unused=True
-                      ).lower(*leaves)
+    lowered = lower_flat(fn, args)
     inputs = input_maker(args)
     changes = {choice_label(k, c): (k, c, compiler_options(cfg, knobs))
                for k, c, cfg in single_knob_configs(knobs)}

@@ -55,11 +55,6 @@ class Heuristic(RankingNet):
         """Set what the rule needs from the train graphs; says what was done."""
         return "training-free: nothing fitted, no optimiser steps"
 
-    def config_scores(self, configs: Tensor, g: GraphTensors) -> Tensor:
-        """(C,) scores of configs (shaped like `g.configs(ids)`) of one graph `g`, which
-        need not be g's own: what a model that learns on top of the rule adds."""
-        raise NotImplementedError(f"{type(self).__name__} scores batches only")
-
 
 def moved_layouts(config: Tensor) -> Tensor:
     """(C, K, 3) from layout configs (C, K, 18): 1 where a config sets the layout of role
@@ -95,6 +90,8 @@ class FewestChanges(Heuristic):
         return moved_cost(b, self.weight(b))
 
     def config_scores(self, configs: Tensor, g: GraphTensors) -> Tensor:
+        """(C,) the rule on configs of one graph, shaped like `g.configs(ids)` (they need
+        not be g's own): what a ranker learning on top of the rule adds (`Prior`)."""
         return (moved_layouts(configs) * self.weight(g).to(configs.device)).sum((1, 2))
 
 
@@ -190,6 +187,7 @@ class ConfigOnly(Heuristic):
         return self.config_scores(b.config, None)
 
     def config_scores(self, configs: Tensor, g: GraphTensors | None) -> Tensor:
+        """(C,) the fitted log runtime of configs (shaped like `g.configs(ids)`)."""
         return self.features(configs) @ torch.cat([self.level_weight.flatten(),
                                                    self.linear_weight])
 
@@ -225,8 +223,9 @@ class ConfigOnly(Heuristic):
                 "steps")
 
 
-#: the rules a ranker can learn a correction on top of (`RankerSettings.prior`), by kind
-PRIORS: dict[str, tuple[type[Heuristic], str]] = {
+#: the rules a ranker can learn a correction on top of (`RankerSettings.prior`), by kind;
+#: each scores configs of one graph outside a batch (`config_scores`)
+PRIORS: dict[str, tuple[type[FewestChanges | ConfigOnly], str]] = {
     "fewest-changes": (FewestChanges, "layout"),
     "moved-bytes": (MovedBytes, "layout"),
     "config-only": (ConfigOnly, "tile"),

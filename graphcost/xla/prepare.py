@@ -158,20 +158,27 @@ def prepare_layout(name: str, fn: Callable, args: Sequence[Any], mode: str = "ra
     return prep
 
 
+def lower_flat(fn: Callable, args: Sequence[Any]) -> Any:
+    """`fn(*args)` lowered once over its flattened arguments (every one kept, used or not):
+    each compiler-option config compiles from it, so none traces the program again."""
+    import jax
+
+    leaves, tree = jax.tree.flatten(tuple(args))
+    return jax.jit(lambda *xs: fn(*jax.tree.unflatten(tree, xs)), keep_unused=True
+                   ).lower(*leaves)
+
+
 def prepare_options(name: str, fn: Callable, args: Sequence[Any], distinct: int = 16,
                     seed: int = 0, configs: Sequence[tuple[int, ...]] | None = None
                     ) -> Prepared:
     """Compile sampled compiler-option configs of `fn(*args)` (the default first)."""
-    import jax
 
     from graphcost.xla.configs import compiler_options, option_features, sample_option_configs
 
     if configs is None:
         configs = sample_option_configs(distinct * ATTEMPTS_PER_DISTINCT,
                                         config_rng(name, "options", seed))
-    leaves, tree = jax.tree.flatten(tuple(args))
-    lowered = jax.jit(lambda *xs: fn(*jax.tree.unflatten(tree, xs)), keep_unused=True
-                      ).lower(*leaves)
+    lowered = lower_flat(fn, args)
 
     def compile_one(config):
         opts = compiler_options(config)
