@@ -291,6 +291,44 @@ def bench_scale_cmd(sizes: str, modes: str, configs: int, num_configs: int, step
         segment_size, memory_budget, threads, on_row=on_row))
 
 
+@bench.command("replica")
+@click.argument("collections", nargs=-1)
+@click.option("--out", "out_dir", type=click.Path(file_okay=False), required=True,
+              help="folder for the replica, the read cache, logs and replica.json")
+@click.option("--graphs", type=click.IntRange(min=0), default=2, show_default=True,
+              help="graphs per split, the largest always among them (0: the whole collection)")
+@click.option("--epochs", type=click.IntRange(min=1), default=1, show_default=True)
+@click.option("--set", "sets", multiple=True, metavar="KEY=VALUE",
+              help="a training setting for both trainings, as for `graphcost train`; repeatable")
+@click.option("--seed", default=0, show_default=True)
+@click.option("--keep", is_flag=True, help="keep each replica and its read cache")
+def bench_replica_cmd(collections: tuple[str, ...], out_dir: str, graphs: int, epochs: int,
+                      sets: tuple[str, ...], seed: int, keep: bool) -> None:
+    """Write full-size replicas of the published TpuGraphs collections (default: all
+    five) and time the user's path on each: info, validate, train, evaluate, submit,
+    each step in its own process with its peak RSS; projects a whole epoch and the read
+    cache of each whole collection."""
+    from graphcost.bench.replica import (
+        HEADER,
+        PUBLISHED,
+        bench_replica,
+        format_step,
+        format_summary,
+        published,
+    )
+
+    def on_step(name: str, r) -> None:
+        click.echo(f"{name:<20} {format_step(r)}")
+
+    names = collections or tuple(PUBLISHED)
+    for name in names:
+        published(name)  # an unknown name is refused before the header
+    click.echo(f"{'collection':<20} {HEADER}")
+    rows = bench_replica(names, out_dir, graphs, epochs, sets, seed, keep, log=click.echo,
+                         on_step=on_step)
+    click.echo("\n" + format_summary(rows))
+
+
 @bench.command("gst")
 @click.option("--variants", default="full,gst,gst-nohead,gst-exact", show_default=True,
               help="full, gst (one segment back-propagated), gst-exact (every segment), "

@@ -74,11 +74,14 @@ def check_full_graph_memory(model_settings: Any, nodes: Sequence[int], graphs_pe
         prune = ("" if hops is None else
                  "; prune harder (--set prune_hops=1)" if hops >= 0 else
                  "; prune to configurable nodes (--set prune_hops=2)")
+        # only a model with segment hooks (the ranker) can train in segments
+        gst = ("Use Graph Segment Training (--set mode=gst --set segment_size=1000)"
+               if hasattr(model_settings, "segment_size") else
+               "This model trains whole graphs only")
         raise MemoryBudgetError(
             f"full-graph training would need about {need / 2**30:.1f} GiB per step "
             f"({b} graphs, {step_nodes:,} nodes × {configs_per_graph} configs × hidden "
             f"{hidden} × {layers} layers), over the memory budget of {budget / 2**30:.1f} GiB "
-            f"(memory_budget={budget_spec}). Use Graph Segment Training (--set mode=gst "
-            f"--set segment_size=1000){prune}; or sample fewer configs "
+            f"(memory_budget={budget_spec}). {gst}{prune}; or sample fewer configs "
             f"(--set configs_per_graph=8) or graphs (--set graphs_per_batch=1).")
     return need

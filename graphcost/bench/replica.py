@@ -1,0 +1,404 @@
+"""`graphcost bench replica`: a published TpuGraphs collection at full size, and the
+user's whole path on it, each step in its own process with its own peak memory.
+
+A replica is a synthetic collection with the published shape of a real one
+(`PUBLISHED`: graphs per split, nodes per graph, configs per graph; sources in
+docs/replica.md), written in the published format, compressed as published. Its
+graphs come from `data.synthetic` (random DAGs, planted runtimes); what the replica
+reproduces is size, not signal. Sizes are drawn from a lognormal fitted to the published
+mean and clipped to the published range; every split holds one graph of the largest
+published node count with the largest config count, so the worst file is always
+rehearsed. `--graphs K` writes K graphs per split (that one included) instead of all.
+
+The path (`run_path`): `info`, `validate`, one epoch of `train` for the default ranker
+and for the official baseline (full graph where the memory check lets it, otherwise
+GST, as `train`'s refusal advises), `evaluate` on the validation split with 1,000
+configs per graph (`--eval-indices`, as the official evaluation) and `submit` on the
+test split (the official baseline trains full graphs only: its own back-propagation
+window bounds its memory). Each step runs as `graphcost …` in a child process that reports its own
+VmHWM at exit (ru_maxrss would carry the parent's peak through fork and exec). Whole
+collection figures are projected from the replica's graphs: an epoch by the ratio of
+nodes, the cache exactly from the shapes.
+"""
+
+from __future__ import annotations
+
+import atexit
+import json
+import math
+import os
+import shutil
+import subprocess
+import sys
+import tempfile
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import asdict, dataclass
+from pathlib import Path
+
+import numpy as np
+from scipy.special import ndtri
+
+from graphcost.errors import UserError
+
+SPLITS = ("train", "valid", "test")
+CONFIG_ROW_BYTES = 18 * 4  # one configurable node of one config: 18 float32 columns
+
+
+@dataclass(frozen=True)
+class Published:
+    """The published shape of one collection. Each range is (mean, min, max)."""
+
+    graphs: tuple[int, int, int]  # train, valid, test
+    nodes: tuple[float, int, int]
+    configs: tuple[float, int, int]
+
+
+#: Sources of every figure: docs/replica.md. Node counts are the paper's Table 1 (shared
+#: by default and random); graph counts and config ranges are those of the released files.
+PUBLISHED = {
+    "layout:xla:random": Published((69, 7, 8), (14_105, 372, 43_615), (14_579, 20, 100_040)),
+    "layout:xla:default": Published((61, 7, 8), (14_105, 372, 43_615),
+                                    (17_159, 1_159, 100_040)),
+    "layout:nlp:random": Published((207, 20, 17), (5_659, 876, 21_919),
+                                   (66_089, 11_098, 100_040)),
+    "layout:nlp:default": Published((198, 20, 17), (5_659, 876, 21_919),
+                                    (56_534, 11_296, 100_040)),
+    # train = the paper's 6,988 kernels less the valid and test ones; the node and
+    # config ranges of tile kernels are not published (docs/replica.md)
+    "tile:xla": Published((5_468, 676, 844), (40, 2, 1_000), (1_842, 2, 10_000)),
+}
+#: configurable nodes per layout node: 185,857 configurable nodes over the 535 released
+#: train graphs, whose nodes total about 3.95M (docs/replica.md)
+CONFIGURABLE_FRACTION = 0.047
+#: lognormal σ of nodes and of configs per graph: from the mean and median of the
+#: released layout:xla:random train split (12,745 / 10,449 nodes, 14,579 / 8,368 configs)
+SIGMA_NODES, SIGMA_CONFIGS = 0.63, 1.05
+
+
+@dataclass(frozen=True)
+class Shape:
+    """One graph of a replica."""
+
+    split: str
+    index: int
+    nodes: int
+    configs: int
+
+    @property
+    def configurable(self) -> int:
+        return max(1, round(CONFIGURABLE_FRACTION * self.nodes))
+
+    @property
+    def config_bytes(self) -> int:
+        """Uncompressed `node_config_feat` (layout): what the read cache holds for it."""
+        return self.configs * self.configurable * CONFIG_ROW_BYTES
+
+
+def clipped_lognormal(n: int, mean: float, low: int, high: int, sigma: float) -> np.ndarray:
+    """n sizes at evenly spaced quantiles of a lognormal clipped to [low, high], its median
+    chosen (by bisection) so that the clipped values average `mean`."""
+    z = sigma * ndtri((np.arange(n) + 0.5) / n)
+    lo, hi = math.log(low), math.log(high)
+    for _ in range(60):
+        mu = (lo + hi) / 2
+        if np.clip(np.exp(mu + z), low, high).mean() < mean:
+            lo = mu
+        else:
+            hi = mu
+    return np.clip(np.rint(np.exp(mu + z)), low, high).astype(np.int64)
+
+
+def collection_shapes(name: str, seed: int = 0, pub: Published | None = None) -> list[Shape]:
+    """Every graph of the collection's replica: per split, sizes drawn as the module
+    docstring says, the first one pinned to the largest nodes and configs. `pub` replaces
+    the published shape (a small replica for tests)."""
+    pub = pub or published(name)
+    rng = np.random.default_rng(seed)
+    shapes = []
+    for split, count in zip(SPLITS, pub.graphs, strict=True):
+        nodes = rng.permutation(clipped_lognormal(count, *pub.nodes, SIGMA_NODES))
+        configs = rng.permutation(clipped_lognormal(count, *pub.configs, SIGMA_CONFIGS))
+        nodes[0], configs[0] = pub.nodes[2], pub.configs[2]
+        shapes += [Shape(split, i, int(n), int(c))
+                   for i, (n, c) in enumerate(zip(nodes, configs, strict=True))]
+    return shapes
+
+
+def published(name: str) -> Published:
+    if name not in PUBLISHED:
+        raise UserError(f"no published shape for collection {name!r}; known: "
+                        f"{', '.join(PUBLISHED)}")
+    return PUBLISHED[name]
+
+
+def chosen(shapes: Sequence[Shape], per_split: int, seed: int = 0) -> list[Shape]:
+    """`per_split` graphs of each split (0: all): the largest (index 0) and a seeded
+    random draw of the rest."""
+    if per_split <= 0:
+        return list(shapes)
+    rng = np.random.default_rng(seed + 1)
+    out = []
+    for split in SPLITS:
+        group = [s for s in shapes if s.split == split]
+        rest = rng.permutation(len(group) - 1)[:per_split - 1] + 1
+        out += [group[0], *(group[i] for i in sorted(rest))]
+    return out
+
+
+def collection_dir(root: Path, name: str) -> Path:
+    """Where collection `name` lies under a TpuGraphs root (`npz/layout/xla/random`)."""
+    return Path(root, "npz", *name.split(":"))
+
+
+def write_replica(root: str | Path, name: str, shapes: Sequence[Shape], seed: int = 0,
+                  progress: Callable[[str], None] = lambda _: None) -> Path:
+    """Write `shapes` of collection `name` under `root` (resumable: a graph already
+    written is kept, since every write is atomic); return the collection folder."""
+    from graphcost.data.synthetic import make_large_layout_graph, make_tile_graph
+    from graphcost.formats import write_graph
+
+    base = collection_dir(Path(root), name)
+    for s in shapes:
+        path = base / s.split / f"{s.split}_{s.index:04d}.npz"
+        if path.exists():
+            continue
+        rng = np.random.default_rng([seed, SPLITS.index(s.split), s.index])
+        t = time.perf_counter()
+        if name.startswith("tile"):
+            graph = make_tile_graph(rng, s.nodes, s.configs, name=path.stem)
+            write_graph(path, graph)
+        else:  # configs go through a memory map, so a file bigger than memory can be made
+            path.parent.mkdir(parents=True, exist_ok=True)
+            with tempfile.TemporaryDirectory(dir=path.parent) as tmp:
+                graph = make_large_layout_graph(rng, s.nodes, s.configs, s.configurable,
+                                                name=path.stem,
+                                                config_file=Path(tmp) / "configs.npy")
+                write_graph(path, graph)
+                del graph
+        progress(f"wrote {path.relative_to(root)}: {s.nodes:,} nodes, {s.configs:,} configs, "
+                 f"{path.stat().st_size / 2**20:,.0f} MiB in {time.perf_counter() - t:.0f} s")
+    return base
+
+
+# --------------------------------------------------------------------------- the path
+
+
+@dataclass
+class StepResult:
+    step: str
+    seconds: float
+    peak_rss_mb: float
+    returncode: int
+    note: str = ""
+
+
+def run_step(step: str, args: Sequence[str], env: dict[str, str], log_dir: Path,
+             timeout: float | None = None) -> StepResult:
+    """`graphcost ARGS` in a child process; its wall time, its own peak RSS and its exit
+    status (negative: killed by that signal). Its output goes to LOG_DIR/STEP.log."""
+    log_dir.mkdir(parents=True, exist_ok=True)
+    peak_file = log_dir / f"{step}.peak"
+    peak_file.unlink(missing_ok=True)
+    cmd = [sys.executable, "-m", "graphcost.bench.replica", str(peak_file), *args]
+    t = time.perf_counter()
+    with open(log_dir / f"{step}.log", "w") as log:
+        log.write("$ graphcost " + " ".join(args) + "\n")
+        log.flush()
+        try:
+            rc = subprocess.run(cmd, env=env, stdout=log, stderr=subprocess.STDOUT,
+                                timeout=timeout).returncode
+        except subprocess.TimeoutExpired:
+            rc = -9
+    seconds = time.perf_counter() - t
+    peak = int(peak_file.read_text()) / 2**20 if peak_file.exists() else float("nan")
+    return StepResult(step, seconds, peak, rc)
+
+
+def log_tail(log_dir: Path, step: str, lines: int = 3) -> str:
+    text = (log_dir / f"{step}.log").read_text(errors="replace").strip().splitlines()
+    return " | ".join(text[-lines:])
+
+
+def official_baseline(kind: str) -> str:
+    return "resgcn" if kind == "layout" else "sage-early"
+
+
+def write_eval_indices(coll_dir: Path, path: Path, per_graph: int = 1000, seed: int = 0) -> Path:
+    """{graph: sorted config ids} for every validation graph, `per_graph` of them, in the
+    form of the official `baselines/layout/eval_indices/*.json`."""
+    from graphcost.formats.npz import member_header
+
+    rng = np.random.default_rng(seed)
+    indices = {}
+    for f in sorted((coll_dir / "valid").glob("*.npz")):
+        key = "node_config_feat" if (coll_dir.parts[-3] == "layout") else "config_feat"
+        c = member_header(f, key)[0][0]
+        indices[f.stem] = sorted(rng.choice(c, min(per_graph, c), replace=False).tolist())
+    path.write_text(json.dumps(indices))
+    return path
+
+
+def run_path(root: Path, name: str, work: Path, epochs: int = 1, sets: Sequence[str] = (),
+             on_step: Callable[[StepResult], None] = lambda _: None,
+             timeout: float | None = None) -> list[StepResult]:
+    """Every step of the user's path on the collection at `root`; the read cache lives
+    in WORK/cache, each step's log in WORK/logs, trained models in WORK/runs. `sets`
+    are `--set KEY=VALUE` training settings given to both trainings."""
+    kind = name.split(":")[0]
+    coll = collection_dir(root, name)
+    env = {**os.environ, "GRAPHCOST_CACHE": str(work / "cache")}
+    logs, runs = work / "logs", work / "runs"
+    results = []
+
+    def step(label: str, *args: str, run: Path | None = None) -> StepResult:
+        r = run_step(label, args, env, logs, timeout)
+        if r.returncode != 0:
+            r.note = log_tail(logs, label)
+        elif run is not None:
+            r.note = epoch_note(run)
+        results.append(r)
+        on_step(r)
+        return r
+
+    step("info", "info", str(coll))
+    step("validate", "validate", str(coll))
+    models = {}
+    for model in ("ranker", official_baseline(kind)):
+        label = f"train {model}"
+        args = ["train", str(coll), "--model", model, "--out", str(runs / model),
+                "--overwrite", "--epochs", str(epochs)]
+        args += [a for kv in sets for a in ("--set", kv)]
+        r = step(label, *args, run=runs / model)
+        if r.returncode != 0 and "memory budget" in r.note and model == "ranker":
+            # as the refusal advises; the baselines have no segment training
+            r = step(label + " (gst)", *args, "--set", "mode=gst", run=runs / model)
+        if r.returncode == 0:
+            models[model] = runs / model / "model.pt"
+    indices = write_eval_indices(coll, work / "eval_indices.json")
+    for model, path in models.items():
+        step(f"evaluate {model}", "evaluate", str(path), str(coll), "--split", "valid",
+             "--eval-indices", str(indices), "--json", str(work / f"eval_{model}.json"))
+    if "ranker" in models:
+        step("submit ranker", "submit", str(root), "-m", f"{name}={models['ranker']}",
+             "--out", str(work / "submission.csv"))
+    return results
+
+
+def epoch_note(run: Path) -> str:
+    """Seconds of the (first) epoch's training steps, from the run's metrics.jsonl."""
+    metrics = run / "metrics.jsonl"
+    lines = metrics.read_text().splitlines() if metrics.exists() else []
+    return f"epoch {json.loads(lines[0])['seconds']:.1f} s" if lines else ""
+
+
+def epoch_seconds(note: str) -> float:
+    return float(note.split()[1]) if note.startswith("epoch ") else float("nan")
+
+
+def disk_bytes(path: Path) -> int:
+    """Bytes the files under `path` take."""
+    return sum(f.stat().st_size for f in path.rglob("*") if f.is_file()) if path.exists() else 0
+
+
+def bench_replica(names: Sequence[str], out: str | Path, per_split: int = 2, epochs: int = 1,
+                  sets: Sequence[str] = (), seed: int = 0, keep: bool = False,
+                  log: Callable[[str], None] = print,
+                  on_step: Callable[[str, StepResult], None] = lambda *_: None) -> dict:
+    """Write each collection's replica under OUT/data and run the path on it; its files
+    and read cache (the largest things on disk) are removed after each collection
+    unless `keep`. The rows go to OUT/replica.json as each collection ends."""
+    out = Path(out)
+    rows = {}
+    for name in names:
+        published(name)  # refuse an unknown name before any work
+    for name in names:
+        shapes = collection_shapes(name, seed)
+        subset = chosen(shapes, per_split, seed)
+        root, work = out / "data", out / "work" / name.replace(":", "_")
+        t = time.perf_counter()
+        write_replica(root, name, subset, seed, progress=log)
+        written = time.perf_counter() - t
+        steps = run_path(root, name, work, epochs, sets, lambda r, n=name: on_step(n, r))
+        cache = disk_bytes(work / "cache")
+        rows[name] = summarise(name, shapes, subset, steps, cache,
+                               disk_bytes(collection_dir(root, name)), written)
+        write_json(rows, out / "replica.json")
+        if not keep:  # both can be made again; the next collection needs the disk
+            shutil.rmtree(work / "cache", ignore_errors=True)
+            shutil.rmtree(collection_dir(root, name), ignore_errors=True)
+    return rows
+
+
+def write_json(obj: object, path: Path) -> None:
+    from graphcost.atomic import write_json as atomic_write_json
+
+    atomic_write_json(obj, path)
+
+
+def summarise(name: str, shapes: Sequence[Shape], subset: Sequence[Shape],
+              steps: Sequence[StepResult], cache_bytes: int, file_bytes: int,
+              write_seconds: float) -> dict:
+    """The collection's row: each step, and projections to the whole collection."""
+    kind = name.split(":")[0]
+
+    def total(split: str, attr: str, of: Sequence[Shape]) -> int:
+        return sum(getattr(s, attr) for s in of if s.split == split)
+
+    node_ratio = total("train", "nodes", shapes) / max(1, total("train", "nodes", subset))
+    epochs = {r.step: epoch_seconds(r.note) * node_ratio for r in steps
+              if r.step.startswith("train") and r.returncode == 0}
+    row = {
+        "graphs": {s: sum(1 for x in subset if x.split == s) for s in SPLITS},
+        "graphs_published": {s: sum(1 for x in shapes if x.split == s) for s in SPLITS},
+        "largest": {"nodes": max(s.nodes for s in subset),
+                    "configs": max(s.configs for s in subset)},
+        "steps": [asdict(r) for r in steps],
+        "files_mb": file_bytes / 2**20, "write_s": write_seconds,
+        "cache_mb": cache_bytes / 2**20,
+        "projected_epoch_s": epochs,
+    }
+    if kind == "layout":
+        row["cache_mb_expected"] = sum(s.config_bytes for s in subset) / 2**20
+        row["projected_cache_gb"] = sum(s.config_bytes for s in shapes) / 2**30
+    return row
+
+
+HEADER = f"{'step':<28} {'wall s':>8} {'peak RSS MB':>12}  note"
+
+
+def format_step(r: StepResult) -> str:
+    status = "" if r.returncode == 0 else f"FAILED ({r.returncode}) "
+    return f"{r.step:<28} {r.seconds:>8.1f} {r.peak_rss_mb:>12.0f}  {status}{r.note}"
+
+
+def format_summary(rows: dict) -> str:
+    lines = []
+    for name, row in rows.items():
+        worst = max((s["peak_rss_mb"] for s in row["steps"]), default=float("nan"))
+        g, p = row["graphs"], row["graphs_published"]
+        lines.append(f"{name}: {sum(g.values())} of {sum(p.values())} graphs "
+                     f"(largest {row['largest']['nodes']:,} nodes, "
+                     f"{row['largest']['configs']:,} configs); worst peak RSS {worst:,.0f} MB; "
+                     f"cache {row['cache_mb']:,.0f} MB")
+        if "projected_cache_gb" in row:
+            lines.append(f"  whole collection: read cache {row['projected_cache_gb']:,.0f} GB")
+        for step, s in row["projected_epoch_s"].items():
+            lines.append(f"  whole collection: one epoch of {step[6:]} ≈ {s / 60:,.0f} min")
+    return "\n".join(lines)
+
+
+def _child() -> None:
+    """`python -m graphcost.bench.replica PEAK_FILE ARGS…`: `graphcost ARGS…`, writing
+    this process's VmHWM to PEAK_FILE at exit (clean or not, short of SIGKILL)."""
+    from graphcost.bench.io import peak_bytes
+    from graphcost.cli import main
+
+    peak_file = sys.argv[1]
+    atexit.register(lambda: Path(peak_file).write_text(str(peak_bytes())))
+    sys.argv = ["graphcost", *sys.argv[2:]]
+    main(prog_name="graphcost")
+
+
+if __name__ == "__main__":
+    _child()

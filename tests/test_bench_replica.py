@@ -1,0 +1,146 @@
+"""`graphcost bench replica`: published shapes, the replica's files, and the path's steps
+each measured in its own process."""
+
+from __future__ import annotations
+
+import csv
+import json
+import zipfile
+from pathlib import Path
+
+import numpy as np
+import pytest
+from click.testing import CliRunner
+
+from graphcost.bench.replica import (
+    PUBLISHED,
+    SPLITS,
+    Published,
+    chosen,
+    clipped_lognormal,
+    collection_dir,
+    collection_shapes,
+    disk_bytes,
+    run_path,
+    run_step,
+    summarise,
+    write_replica,
+)
+from graphcost.cli import main
+from graphcost.formats.npz import member_header
+
+SMALL = Published((3, 2, 2), (300, 100, 600), (120, 40, 400))
+
+
+@pytest.mark.parametrize("mean,low,high,sigma", [(14_105, 372, 43_615, 0.63),
+                                                 (66_089, 11_098, 100_040, 1.05),
+                                                 (40, 2, 1_000, 0.63)])
+def test_clipped_lognormal_has_the_published_mean_inside_the_published_range(mean, low, high,
+                                                                            sigma):
+    sizes = clipped_lognormal(500, mean, low, high, sigma)
+    assert sizes.shape == (500,)
+    assert sizes.min() >= low and sizes.max() <= high
+    assert abs(sizes.mean() - mean) / mean < 0.01
+
+
+@pytest.mark.parametrize("name", list(PUBLISHED))
+def test_every_split_has_its_published_count_and_starts_with_the_largest_graph(name):
+    pub = PUBLISHED[name]
+    shapes = collection_shapes(name)
+    for split, count in zip(SPLITS, pub.graphs, strict=True):
+        group = [s for s in shapes if s.split == split]
+        assert len(group) == count
+        assert (group[0].nodes, group[0].configs) == (pub.nodes[2], pub.configs[2])
+        assert all(pub.nodes[1] <= s.nodes <= pub.nodes[2] for s in group)
+        assert all(pub.configs[1] <= s.configs <= pub.configs[2] for s in group)
+    assert collection_shapes(name, seed=0) == shapes
+    assert collection_shapes(name, seed=1) != shapes
+
+
+def test_a_chosen_subset_always_holds_each_splits_largest_graph():
+    shapes = collection_shapes("layout:nlp:random")
+    subset = chosen(shapes, 3)
+    for split in SPLITS:
+        group = [s for s in subset if s.split == split]
+        assert len(group) == 3 and group[0].index == 0
+        assert len({s.index for s in group}) == 3
+    assert chosen(shapes, 0) == shapes
+    assert chosen(shapes, 3, seed=0) == subset
+
+
+def test_a_replica_has_the_published_layout_and_sizes_and_is_resumable(tmp_path):
+    name = "layout:xla:random"
+    subset = chosen(collection_shapes(name, pub=SMALL), 2)
+    base = write_replica(tmp_path, name, subset)
+    assert base == tmp_path / "npz" / "layout" / "xla" / "random"
+    for s in subset:
+        path = base / s.split / f"{s.split}_{s.index:04d}.npz"
+        shape, _ = member_header(path, "node_config_feat")
+        assert shape == (s.configs, s.configurable, 18)
+        assert member_header(path, "node_feat")[0] == (s.nodes, 140)
+        with zipfile.ZipFile(path) as zf:  # compressed, as published
+            assert {i.compress_type for i in zf.infolist()} == {zipfile.ZIP_DEFLATED}
+    stamps = {p: p.stat().st_mtime_ns for p in base.rglob("*.npz")}
+    write_replica(tmp_path, name, subset)
+    assert {p: p.stat().st_mtime_ns for p in base.rglob("*.npz")} == stamps
+
+
+def test_a_steps_peak_is_its_own_not_the_parents(tmp_path):
+    ballast = np.ones(400 * 2**20 // 8)  # the parent holds 400 MiB
+    r = run_step("info", ["info", "--sample"], {}, tmp_path)
+    assert r.returncode == 0
+    assert 10 < r.peak_rss_mb < 300
+    assert "layout" in (tmp_path / "info.log").read_text()
+    failed = run_step("bad", ["info", str(tmp_path / "missing")], {}, tmp_path)
+    assert failed.returncode != 0 and failed.peak_rss_mb > 0
+    del ballast
+
+
+def test_the_whole_path_runs_and_falls_back_to_gst_when_full_graphs_do_not_fit(tmp_path):
+    name = "layout:nlp:default"
+    shapes = collection_shapes(name, pub=SMALL)
+    subset = chosen(shapes, 2)
+    root = tmp_path / "data"
+    write_replica(root, name, subset)
+    work = tmp_path / "work"
+    steps = run_path(root, name, work, sets=["memory_budget=1K", "gst_max_configs=64"])
+    by_step = {r.step: r for r in steps}
+    assert list(by_step) == ["info", "validate", "train ranker", "train ranker (gst)",
+                             "train resgcn", "evaluate ranker", "submit ranker"]
+    for refused in ("train ranker", "train resgcn"):  # the baseline has no GST to fall to
+        assert by_step[refused].returncode == 2 and "memory budget" in by_step[refused].note
+    assert "mode=gst" in by_step["train ranker"].note  # advised where it exists
+    assert "mode=gst" not in by_step["train resgcn"].note
+    assert all(by_step[s].returncode == 0 for s in by_step if s not in
+               ("train ranker", "train resgcn"))
+    assert by_step["train ranker (gst)"].note.startswith("epoch ")
+    assert all(r.peak_rss_mb > 0 for r in steps)
+
+    indices = json.loads((work / "eval_indices.json").read_text())
+    valid = [s for s in subset if s.split == "valid"]
+    assert sorted(indices) == sorted(f"valid_{s.index:04d}" for s in valid)
+    assert all(len(indices[f"valid_{s.index:04d}"]) == min(1000, s.configs) for s in valid)
+    report = json.loads((work / "eval_ranker.json").read_text())
+    assert report["split"] == "valid" and len(report["graphs"]) == len(valid)
+    rows = list(csv.DictReader(open(work / "submission.csv")))
+    assert len(rows) == sum(s.split == "test" for s in subset)
+    assert all(r["ID"].startswith(name + ":") for r in rows)
+
+    cache = disk_bytes(work / "cache")
+    row = summarise(name, shapes, subset, steps, cache, disk_bytes(collection_dir(root, name)), 0)
+    # the cache holds every layout file's configs uncompressed: the shapes say how much
+    assert row["cache_mb"] == pytest.approx(row["cache_mb_expected"], rel=0.02)
+    ratio = sum(s.nodes for s in shapes if s.split == "train") / sum(
+        s.nodes for s in subset if s.split == "train")
+    epoch = float(by_step["train ranker (gst)"].note.split()[1])
+    assert row["projected_epoch_s"]["train ranker (gst)"] == pytest.approx(epoch * ratio)
+    assert row["projected_cache_gb"] == pytest.approx(
+        sum(s.config_bytes for s in shapes) / 2**30)
+
+
+def test_an_unknown_collection_is_refused_before_any_work(tmp_path):
+    result = CliRunner().invoke(main, ["bench", "replica", "layout:xla:bogus", "--out",
+                                       str(tmp_path / "out")])
+    assert result.exit_code == 2
+    assert "no published shape for collection 'layout:xla:bogus'" in result.output
+    assert "step" not in result.output and not (tmp_path / "out").exists()
