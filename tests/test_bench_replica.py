@@ -6,7 +6,6 @@ from __future__ import annotations
 import csv
 import json
 import zipfile
-from pathlib import Path
 
 import numpy as np
 import pytest

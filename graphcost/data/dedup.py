@@ -13,8 +13,7 @@ import hashlib
 import numpy as np
 
 from graphcost.formats import Graph, TileGraph
-
-_CHUNK = 4096
+from graphcost.formats.records import row_blocks
 
 
 def _row_digests(graph: Graph) -> list[bytes]:
@@ -22,8 +21,7 @@ def _row_digests(graph: Graph) -> list[bytes]:
         rows = np.ascontiguousarray(graph.config_feat, dtype=np.float32)
         return [hashlib.blake2b(r.tobytes(), digest_size=16).digest() for r in rows]
     digests = []
-    for start in range(0, graph.num_configs, _CHUNK):  # a memory map stays on disk
-        block = np.ascontiguousarray(graph.node_config_feat[start:start + _CHUNK], np.float32)
+    for _, block in row_blocks(graph.node_config_feat):  # a memory map stays on disk
         digests += [hashlib.blake2b(r.tobytes(), digest_size=16).digest() for r in block]
     return digests
 

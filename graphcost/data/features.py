@@ -14,6 +14,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from graphcost.formats import Graph, TileGraph
+from graphcost.formats.records import row_blocks
 
 SHAPE_DIMS = slice(21, 27)
 LAYOUT_COLS = slice(134, 140)
@@ -153,8 +154,9 @@ class FeatureTransform:
             nodes.add(g.node_feat if minmax else repad_layout(g.node_feat))
             if isinstance(g, TileGraph):
                 configs.add(g.config_feat)
-            elif minmax:
-                layout.add(g.configs(np.arange(g.num_configs)).reshape(-1, 18))
+            elif minmax:  # block by block: a graph's configs may not fit in memory
+                for _, block in row_blocks(g.node_config_feat):
+                    layout.add(block.reshape(-1, 18))
         finish = _Moments.finish_minmax if minmax else _Moments.finish
         return cls(finish(nodes), finish(configs) if configs.n else None, style,
                    finish(layout) if layout.n else None)

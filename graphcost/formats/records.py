@@ -6,6 +6,8 @@ so neither has to import the other's module to know what a graph is.
 
 from __future__ import annotations
 
+import mmap
+from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import ClassVar
 
@@ -88,9 +90,40 @@ class LayoutGraph(_GraphBase):
         ids = np.asarray(ids, dtype=np.int64)
         order = np.argsort(ids, kind="stable")  # sorted access is sequential on disk
         rows = np.asarray(self.node_config_feat[ids[order]], dtype=np.float32)
+        release_pages(self.node_config_feat)
         out = np.empty_like(rows)
         out[order] = rows
         return out
+
+
+
+#: elements a whole-array scan holds at a time (64 MiB of float32)
+BLOCK_ELEMENTS = 1 << 24
+
+
+def row_blocks(a: np.ndarray, max_elements: int = BLOCK_ELEMENTS
+               ) -> Iterator[tuple[int, np.ndarray]]:
+    """Every row of `a` as (first row, float32 copy of a block of rows): a scan of a
+    memory-mapped array that holds one block at a time, however large its file."""
+    rows = max(1, max_elements // max(1, int(np.prod(a.shape[1:]))))
+    for start in range(0, a.shape[0], rows):
+        block = np.array(a[start:start + rows], dtype=np.float32)
+        release_pages(a)
+        yield start, block
+
+
+def release_pages(a: np.ndarray) -> None:
+    """Unmap from this process the pages that reading memory-mapped `a` mapped in.
+
+    They stay in the page cache, so reading them again costs a minor fault, not I/O; but
+    they no longer count in this process's resident memory, which would otherwise grow
+    to the size of every file read (the kernel maps whole runs of cached pages around
+    each one touched: 1,024 random rows of a 7 GB file mapped 1.9 GB). No-op for an
+    array in memory.
+    """
+    mm = getattr(a, "_mmap", None)  # np.memmap's map, shared by its views
+    if mm is not None and not mm.closed:
+        mm.madvise(mmap.MADV_DONTNEED)
 
 
 Graph = TileGraph | LayoutGraph

@@ -18,10 +18,10 @@ from graphcost.formats.records import (
     Graph,
     LayoutGraph,
     TileGraph,
+    row_blocks,
 )
 
 MAX_OPCODE = 255  # ids are stored as uint8 in the wild; DESIGN §3 uses 0..120
-_CHUNK_ELEMENTS = 1 << 24
 
 
 def validate_graph(g: Graph, path: str | Path, deep: bool = False,
@@ -110,9 +110,7 @@ def _validate_layout(g: LayoutGraph, n: int, fail, runtimes: bool) -> None:
 
 
 def _finite(a: np.ndarray, key: str, fail) -> None:
-    rows = max(1, _CHUNK_ELEMENTS // max(1, int(np.prod(a.shape[1:]))))
-    for start in range(0, a.shape[0], rows):
-        block = np.asarray(a[start:start + rows])
+    for start, block in row_blocks(a):
         if not np.all(np.isfinite(block)):
             row = start + int(np.flatnonzero(~np.isfinite(block).reshape(len(block), -1).all(1))[0])
             fail(key, f"finite values, got NaN/inf in row {row}")
