@@ -71,15 +71,19 @@ def test_a_chosen_subset_always_holds_each_splits_largest_graph():
     assert chosen(shapes, 3, seed=0) == subset
 
 
-def test_a_replica_has_the_published_layout_and_sizes_and_is_resumable(tmp_path):
-    name = "layout:xla:random"
+@pytest.mark.parametrize("name,folder", [("layout:xla:random", ("layout", "xla", "random")),
+                                         ("tile:xla", ("tile", "xla"))])
+def test_a_replica_has_the_published_layout_and_sizes_and_is_resumable(tmp_path, name, folder):
     subset = chosen(collection_shapes(name, pub=SMALL), 2)
     base = write_replica(tmp_path, name, subset)
-    assert base == tmp_path / "npz" / "layout" / "xla" / "random"
+    assert base == tmp_path.joinpath("npz", *folder)
     for s in subset:
         path = base / s.split / f"{s.split}_{s.index:04d}.npz"
-        shape, _ = member_header(path, "node_config_feat")
-        assert shape == (s.configs, s.configurable, 18)
+        if name.startswith("layout"):
+            shape, _ = member_header(path, "node_config_feat")
+            assert shape == (s.configs, s.configurable, 18)
+        else:
+            assert member_header(path, "config_feat")[0] == (s.configs, 24)
         assert member_header(path, "node_feat")[0] == (s.nodes, 140)
         with zipfile.ZipFile(path) as zf:  # compressed, as published
             assert {i.compress_type for i in zf.infolist()} == {zipfile.ZIP_DEFLATED}
@@ -137,6 +141,13 @@ def test_the_whole_path_runs_and_falls_back_to_gst_when_full_graphs_do_not_fit(t
         s.nodes for s in subset if s.split == "train")
     epoch = float(by_step["train ranker (gst)"].note.split()[1])
     assert row["projected_epoch_s"]["train ranker (gst)"] == pytest.approx(epoch * ratio)
+    submit = by_step["submit ranker"].seconds * sum(
+        s.nodes for s in shapes if s.split == "test") / sum(
+        s.nodes for s in subset if s.split == "test")
+    assert row["projected_s"]["submit ranker"] == pytest.approx(submit)
+    assert row["projected_s"]["info"] == pytest.approx(
+        by_step["info"].seconds * len(shapes) / len(subset))
+    assert "train ranker" not in row["projected_s"]  # refused: nothing to project
     assert row["projected_cache_gb"] == pytest.approx(
         sum(s.config_bytes for s in shapes) / 2**30)
 

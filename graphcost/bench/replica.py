@@ -157,19 +157,24 @@ def collection_dir(root: Path, name: str) -> Path:
 
 
 def write_replica(root: str | Path, name: str, shapes: Sequence[Shape], seed: int = 0,
-                  progress: Callable[[str], None] = lambda _: None) -> Path:
+                  progress: bool = False) -> Path:
     """Write `shapes` of collection `name` under `root` (resumable: a graph already
-    written is kept, since every write is atomic); return the collection folder."""
+    written is kept, since every write is atomic); return the collection folder.
+    `progress` shows a bar, in graphs and in uncompressed bytes to write."""
+    from tqdm import tqdm
+
     from graphcost.data.synthetic import make_large_layout_graph, make_tile_graph
     from graphcost.formats import write_graph
 
     base = collection_dir(Path(root), name)
+    bar = tqdm(total=len(shapes), desc=f"writing {name}", unit="graph", disable=not progress,
+               mininterval=5)
     for s in shapes:
+        bar.update()
         path = base / s.split / f"{s.split}_{s.index:04d}.npz"
         if path.exists():
             continue
         rng = np.random.default_rng([seed, SPLITS.index(s.split), s.index])
-        t = time.perf_counter()
         if name.startswith("tile"):
             graph = make_tile_graph(rng, s.nodes, s.configs, name=path.stem)
             write_graph(path, graph)
@@ -181,8 +186,7 @@ def write_replica(root: str | Path, name: str, shapes: Sequence[Shape], seed: in
                                                 config_file=Path(tmp) / "configs.npy")
                 write_graph(path, graph)
                 del graph
-        progress(f"wrote {path.relative_to(root)}: {s.nodes:,} nodes, {s.configs:,} configs, "
-                 f"{path.stat().st_size / 2**20:,.0f} MiB in {time.perf_counter() - t:.0f} s")
+    bar.close()
     return base
 
 
@@ -324,8 +328,9 @@ def bench_replica(names: Sequence[str], out: str | Path, per_split: int = 2, epo
         subset = chosen(shapes, per_split, seed)
         root, work = out / "data", out / "work" / name.replace(":", "_")
         t = time.perf_counter()
-        write_replica(root, name, subset, seed, progress=log)
+        write_replica(root, name, subset, seed, progress=True)
         written = time.perf_counter() - t
+        log(f"{name}: wrote {len(subset)} graphs in {written:.0f} s")
         steps = run_path(root, name, work, epochs, sets, lambda r, n=name: on_step(n, r))
         cache = disk_bytes(work / "cache")
         rows[name] = summarise(name, shapes, subset, steps, cache,
@@ -346,14 +351,21 @@ def write_json(obj: object, path: Path) -> None:
 def summarise(name: str, shapes: Sequence[Shape], subset: Sequence[Shape],
               steps: Sequence[StepResult], cache_bytes: int, file_bytes: int,
               write_seconds: float) -> dict:
-    """The collection's row: each step, and projections to the whole collection."""
+    """The collection's row: each step, and projections to the whole collection: an
+    epoch (`projected_epoch_s`) and each step's wall time (`projected_s`), scaled by
+    what the step's work grows with (`SCALES_WITH`) over the whole collection against
+    the replica's graphs."""
     kind = name.split(":")[0]
 
-    def total(split: str, attr: str, of: Sequence[Shape]) -> int:
-        return sum(getattr(s, attr) for s in of if s.split == split)
+    def ratio(step: str) -> float:
+        splits, attr = SCALES_WITH[step.split()[0]]
+        if attr == "config_bytes" and kind == "tile":
+            attr = "configs"
+        whole, part = ([sum(1 if attr == "graphs" else getattr(s, attr)
+                            for s in of if s.split in splits) for of in (shapes, subset)])
+        return whole / max(1, part)
 
-    node_ratio = total("train", "nodes", shapes) / max(1, total("train", "nodes", subset))
-    epochs = {r.step: epoch_seconds(r.note) * node_ratio for r in steps
+    epochs = {r.step: epoch_seconds(r.note) * ratio(r.step) for r in steps
               if r.step.startswith("train") and r.returncode == 0}
     row = {
         "graphs": {s: sum(1 for x in subset if x.split == s) for s in SPLITS},
@@ -364,11 +376,18 @@ def summarise(name: str, shapes: Sequence[Shape], subset: Sequence[Shape],
         "files_mb": file_bytes / 2**20, "write_s": write_seconds,
         "cache_mb": cache_bytes / 2**20,
         "projected_epoch_s": epochs,
+        "projected_s": {r.step: r.seconds * ratio(r.step) for r in steps if r.returncode == 0},
     }
     if kind == "layout":
         row["cache_mb_expected"] = sum(s.config_bytes for s in subset) / 2**20
         row["projected_cache_gb"] = sum(s.config_bytes for s in shapes) / 2**30
     return row
+
+
+#: what each step's work grows with: (splits, Shape attribute summed over them)
+SCALES_WITH = {"info": (SPLITS, "graphs"), "validate": (SPLITS, "config_bytes"),
+               "train": (("train",), "nodes"), "evaluate": (("valid",), "nodes"),
+               "submit": (("test",), "nodes")}
 
 
 HEADER = f"{'step':<28} {'wall s':>8} {'peak RSS MB':>12}  note"
@@ -388,11 +407,21 @@ def format_summary(rows: dict) -> str:
                      f"(largest {row['largest']['nodes']:,} nodes, "
                      f"{row['largest']['configs']:,} configs); worst peak RSS {worst:,.0f} MB; "
                      f"cache {row['cache_mb']:,.0f} MB")
+        lines.append("  whole collection, projected:")
         if "projected_cache_gb" in row:
-            lines.append(f"  whole collection: read cache {row['projected_cache_gb']:,.0f} GB")
-        for step, s in row["projected_epoch_s"].items():
-            lines.append(f"  whole collection: one epoch of {step[6:]} ≈ {s / 60:,.0f} min")
+            lines.append(f"    read cache {row['projected_cache_gb']:,.0f} GB")
+        for step, s in row["projected_s"].items():
+            epoch = row["projected_epoch_s"].get(step)
+            lines.append(f"    {step:<26} {duration(s):>10}" +
+                         (f"  (epoch's steps {duration(epoch)})" if epoch is not None else ""))
     return "\n".join(lines)
+
+
+def duration(seconds: float) -> str:
+    """'45 s', '12.5 min', '3.2 h'."""
+    if seconds < 120:
+        return f"{seconds:.0f} s"
+    return f"{seconds / 60:.1f} min" if seconds < 5400 else f"{seconds / 3600:.1f} h"
 
 
 def _child() -> None:
