@@ -158,3 +158,19 @@ def test_an_unknown_collection_is_refused_before_any_work(tmp_path):
     assert result.exit_code == 2
     assert "no published shape for collection 'layout:xla:bogus'" in result.output
     assert "step" not in result.output and not (tmp_path / "out").exists()
+
+
+def test_a_replica_that_would_not_fit_the_disk_is_refused_before_writing(tmp_path,
+                                                                        monkeypatch):
+    import shutil
+    from collections import namedtuple
+
+    usage = namedtuple("usage", "total used free")
+    monkeypatch.setattr(shutil, "disk_usage", lambda _: usage(2**40, 2**40 - 2**30, 2**30))
+    result = CliRunner().invoke(main, ["bench", "replica", "layout:nlp:random", "--out",
+                                       str(tmp_path / "out"), "--graphs", "1"])
+    assert result.exit_code == 2
+    subset = chosen(collection_shapes("layout:nlp:random"), 1)
+    need = sum(s.config_bytes for s in subset) * 1.1 / 2**30  # the two 7 GB graphs: 16 GB
+    assert f"needs about {need:,.0f} GB" in result.output and "1 GB are free" in result.output
+    assert not (tmp_path / "out" / "data").exists()

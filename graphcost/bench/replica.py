@@ -327,6 +327,7 @@ def bench_replica(names: Sequence[str], out: str | Path, per_split: int = 2, epo
         shapes = collection_shapes(name, seed)
         subset = chosen(shapes, per_split, seed)
         root, work = out / "data", out / "work" / name.replace(":", "_")
+        check_disk(out, name, subset)
         t = time.perf_counter()
         write_replica(root, name, subset, seed, progress=True)
         written = time.perf_counter() - t
@@ -340,6 +341,20 @@ def bench_replica(names: Sequence[str], out: str | Path, per_split: int = 2, epo
             shutil.rmtree(work / "cache", ignore_errors=True)
             shutil.rmtree(collection_dir(root, name), ignore_errors=True)
     return rows
+
+
+def check_disk(out: Path, name: str, subset: Sequence[Shape]) -> None:
+    """Refuse, before writing anything, a replica whose files and read cache would not
+    fit the free disk at `out`: the cache holds every layout file's configs
+    uncompressed, the files about a tenth of that (deflate packs random configs ~27×)."""
+    need = sum(s.config_bytes for s in subset) * 1.1 if name.startswith("layout") else 0
+    out.mkdir(parents=True, exist_ok=True)
+    free = shutil.disk_usage(out).free
+    if need > free:
+        raise UserError(f"the {name} replica ({len(subset)} graphs) needs about "
+                        f"{need / 2**30:,.0f} GB at {out} for its files and read cache; "
+                        f"{free / 2**30:,.0f} GB are free there. Write fewer graphs per split "
+                        f"(--graphs) or choose another --out.")
 
 
 def write_json(obj: object, path: Path) -> None:
