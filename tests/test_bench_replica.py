@@ -120,7 +120,7 @@ def test_the_whole_path_runs_and_falls_back_to_gst_when_full_graphs_do_not_fit(t
     assert "mode=gst" not in by_step["train resgcn"].note
     assert all(by_step[s].returncode == 0 for s in by_step if s not in
                ("train ranker", "train resgcn"))
-    assert by_step["train ranker (gst)"].note.startswith("epoch ")
+    assert by_step["train ranker (gst)"].epoch_s > 0 and by_step["train resgcn"].epoch_s is None
     assert all(r.peak_rss_mb > 0 for r in steps)
 
     indices = json.loads((work / "eval_indices.json").read_text())
@@ -139,7 +139,7 @@ def test_the_whole_path_runs_and_falls_back_to_gst_when_full_graphs_do_not_fit(t
     assert row["cache_mb"] == pytest.approx(row["cache_mb_expected"], rel=0.02)
     ratio = sum(s.nodes for s in shapes if s.split == "train") / sum(
         s.nodes for s in subset if s.split == "train")
-    epoch = float(by_step["train ranker (gst)"].note.split()[1])
+    epoch = by_step["train ranker (gst)"].epoch_s
     assert row["projected_epoch_s"]["train ranker (gst)"] == pytest.approx(epoch * ratio)
     submit = by_step["submit ranker"].seconds * sum(
         s.nodes for s in shapes if s.split == "test") / sum(

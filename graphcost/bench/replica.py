@@ -160,7 +160,7 @@ def write_replica(root: str | Path, name: str, shapes: Sequence[Shape], seed: in
                   progress: bool = False) -> Path:
     """Write `shapes` of collection `name` under `root` (resumable: a graph already
     written is kept, since every write is atomic); return the collection folder.
-    `progress` shows a bar, in graphs and in uncompressed bytes to write."""
+    `progress` shows a bar."""
     from tqdm import tqdm
 
     from graphcost.data.synthetic import make_large_layout_graph, make_tile_graph
@@ -199,11 +199,11 @@ class StepResult:
     seconds: float
     peak_rss_mb: float
     returncode: int
-    note: str = ""
+    note: str = ""  # a failed step: the end of its output
+    epoch_s: float | None = None  # a training: seconds of its first epoch's steps
 
 
-def run_step(step: str, args: Sequence[str], env: dict[str, str], log_dir: Path,
-             timeout: float | None = None) -> StepResult:
+def run_step(step: str, args: Sequence[str], env: dict[str, str], log_dir: Path) -> StepResult:
     """`graphcost ARGS` in a child process; its wall time, its own peak RSS and its exit
     status (negative: killed by that signal). Its output goes to LOG_DIR/STEP.log."""
     log_dir.mkdir(parents=True, exist_ok=True)
@@ -214,11 +214,7 @@ def run_step(step: str, args: Sequence[str], env: dict[str, str], log_dir: Path,
     with open(log_dir / f"{step}.log", "w") as log:
         log.write("$ graphcost " + " ".join(args) + "\n")
         log.flush()
-        try:
-            rc = subprocess.run(cmd, env=env, stdout=log, stderr=subprocess.STDOUT,
-                                timeout=timeout).returncode
-        except subprocess.TimeoutExpired:
-            rc = -9
+        rc = subprocess.run(cmd, env=env, stdout=log, stderr=subprocess.STDOUT).returncode
     seconds = time.perf_counter() - t
     peak = int(peak_file.read_text()) / 2**20 if peak_file.exists() else float("nan")
     return StepResult(step, seconds, peak, rc)
@@ -233,7 +229,8 @@ def official_baseline(kind: str) -> str:
     return "resgcn" if kind == "layout" else "sage-early"
 
 
-def write_eval_indices(coll_dir: Path, path: Path, per_graph: int = 1000, seed: int = 0) -> Path:
+def write_eval_indices(coll_dir: Path, kind: str, path: Path, per_graph: int = 1000,
+                       seed: int = 0) -> Path:
     """{graph: sorted config ids} for every validation graph, `per_graph` of them, in the
     form of the official `baselines/layout/eval_indices/*.json`."""
     from graphcost.formats.npz import member_header
@@ -241,16 +238,14 @@ def write_eval_indices(coll_dir: Path, path: Path, per_graph: int = 1000, seed: 
     rng = np.random.default_rng(seed)
     indices = {}
     for f in sorted((coll_dir / "valid").glob("*.npz")):
-        key = "node_config_feat" if (coll_dir.parts[-3] == "layout") else "config_feat"
-        c = member_header(f, key)[0][0]
+        c = member_header(f, "node_config_feat" if kind == "layout" else "config_feat")[0][0]
         indices[f.stem] = sorted(rng.choice(c, min(per_graph, c), replace=False).tolist())
     path.write_text(json.dumps(indices))
     return path
 
 
 def run_path(root: Path, name: str, work: Path, epochs: int = 1, sets: Sequence[str] = (),
-             on_step: Callable[[StepResult], None] = lambda _: None,
-             timeout: float | None = None) -> list[StepResult]:
+             on_step: Callable[[StepResult], None] = lambda _: None) -> list[StepResult]:
     """Every step of the user's path on the collection at `root`; the read cache lives
     in WORK/cache, each step's log in WORK/logs, trained models in WORK/runs. `sets`
     are `--set KEY=VALUE` training settings given to both trainings."""
@@ -261,11 +256,11 @@ def run_path(root: Path, name: str, work: Path, epochs: int = 1, sets: Sequence[
     results = []
 
     def step(label: str, *args: str, run: Path | None = None) -> StepResult:
-        r = run_step(label, args, env, logs, timeout)
+        r = run_step(label, args, env, logs)
         if r.returncode != 0:
             r.note = log_tail(logs, label)
         elif run is not None:
-            r.note = epoch_note(run)
+            r.epoch_s = first_epoch_seconds(run)
         results.append(r)
         on_step(r)
         return r
@@ -284,7 +279,7 @@ def run_path(root: Path, name: str, work: Path, epochs: int = 1, sets: Sequence[
             r = step(label + " (gst)", *args, "--set", "mode=gst", run=runs / model)
         if r.returncode == 0:
             models[model] = runs / model / "model.pt"
-    indices = write_eval_indices(coll, work / "eval_indices.json")
+    indices = write_eval_indices(coll, kind, work / "eval_indices.json")
     for model, path in models.items():
         step(f"evaluate {model}", "evaluate", str(path), str(coll), "--split", "valid",
              "--eval-indices", str(indices), "--json", str(work / f"eval_{model}.json"))
@@ -294,15 +289,11 @@ def run_path(root: Path, name: str, work: Path, epochs: int = 1, sets: Sequence[
     return results
 
 
-def epoch_note(run: Path) -> str:
-    """Seconds of the (first) epoch's training steps, from the run's metrics.jsonl."""
+def first_epoch_seconds(run: Path) -> float | None:
+    """Seconds of the first epoch's training steps, from the run's metrics.jsonl."""
     metrics = run / "metrics.jsonl"
     lines = metrics.read_text().splitlines() if metrics.exists() else []
-    return f"epoch {json.loads(lines[0])['seconds']:.1f} s" if lines else ""
-
-
-def epoch_seconds(note: str) -> float:
-    return float(note.split()[1]) if note.startswith("epoch ") else float("nan")
+    return float(json.loads(lines[0])["seconds"]) if lines else None
 
 
 def disk_bytes(path: Path) -> int:
@@ -380,8 +371,7 @@ def summarise(name: str, shapes: Sequence[Shape], subset: Sequence[Shape],
                             for s in of if s.split in splits) for of in (shapes, subset)])
         return whole / max(1, part)
 
-    epochs = {r.step: epoch_seconds(r.note) * ratio(r.step) for r in steps
-              if r.step.startswith("train") and r.returncode == 0}
+    epochs = {r.step: r.epoch_s * ratio(r.step) for r in steps if r.epoch_s is not None}
     row = {
         "graphs": {s: sum(1 for x in subset if x.split == s) for s in SPLITS},
         "graphs_published": {s: sum(1 for x in shapes if x.split == s) for s in SPLITS},
@@ -409,8 +399,9 @@ HEADER = f"{'step':<28} {'wall s':>8} {'peak RSS MB':>12}  note"
 
 
 def format_step(r: StepResult) -> str:
-    status = "" if r.returncode == 0 else f"FAILED ({r.returncode}) "
-    return f"{r.step:<28} {r.seconds:>8.1f} {r.peak_rss_mb:>12.0f}  {status}{r.note}"
+    note = (f"FAILED ({r.returncode}) {r.note}" if r.returncode else
+            f"epoch's steps {r.epoch_s:.1f} s" if r.epoch_s is not None else "")
+    return f"{r.step:<28} {r.seconds:>8.1f} {r.peak_rss_mb:>12.0f}  {note}"
 
 
 def format_summary(rows: dict) -> str:
