@@ -60,13 +60,14 @@ def test_every_split_has_its_published_count_and_starts_with_the_largest_graph(n
     assert collection_shapes(name, seed=1) != shapes
 
 
-def test_a_chosen_subset_always_holds_each_splits_largest_graph():
+def test_a_chosen_subset_always_holds_each_splits_largest_graph_and_the_whole_test_split():
     shapes = collection_shapes("layout:nlp:random")
     subset = chosen(shapes, 3)
-    for split in SPLITS:
+    for split in ("train", "valid"):
         group = [s for s in subset if s.split == split]
         assert len(group) == 3 and group[0].index == 0
         assert len({s.index for s in group}) == 3
+    assert [s for s in subset if s.split == "test"] == [s for s in shapes if s.split == "test"]
     assert chosen(shapes, 0) == shapes
     assert chosen(shapes, 3, seed=0) == subset
 

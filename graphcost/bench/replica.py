@@ -9,7 +9,8 @@ reproduces is size, not signal. Sizes are drawn from a lognormal fitted to the p
 mean and clipped to the published range; every split holds one graph of the largest
 published node count with the largest config count (layout test graphs: the 1,000
 configs each of the released test files), so the worst file is always rehearsed.
-`--graphs K` writes K graphs per split (that one included) instead of all.
+`--graphs K` writes K graphs of the train and valid splits (that one included) instead of
+all, and the whole test split.
 
 The path (`run_path`): `info`, `validate`, one epoch of `train` for the default ranker
 and for the official baseline (full graph where the memory check lets it, otherwise
@@ -138,17 +139,18 @@ def published(name: str) -> Published:
 
 
 def chosen(shapes: Sequence[Shape], per_split: int, seed: int = 0) -> list[Shape]:
-    """`per_split` graphs of each split (0: all): the largest (index 0) and a seeded
-    random draw of the rest."""
+    """`per_split` graphs of the train and valid splits (0: all), the largest (index 0)
+    and a seeded random draw of the rest; the whole test split, so that `submit` is
+    measured on it, not projected (it is small: 1,000 configs per layout graph)."""
     if per_split <= 0:
         return list(shapes)
     rng = np.random.default_rng(seed + 1)
     out = []
-    for split in SPLITS:
+    for split in ("train", "valid"):
         group = [s for s in shapes if s.split == split]
         rest = rng.permutation(len(group) - 1)[:per_split - 1] + 1
         out += [group[0], *(group[i] for i in sorted(rest))]
-    return out
+    return out + [s for s in shapes if s.split == "test"]
 
 
 def collection_dir(root: Path, name: str) -> Path:

@@ -296,7 +296,8 @@ def bench_scale_cmd(sizes: str, modes: str, configs: int, num_configs: int, step
 @click.option("--out", "out_dir", type=click.Path(file_okay=False), required=True,
               help="folder for the replica, the read cache, logs and replica.json")
 @click.option("--graphs", type=click.IntRange(min=0), default=2, show_default=True,
-              help="graphs per split, the largest always among them (0: the whole collection)")
+              help="graphs of the train and valid splits, each split's largest among them, "
+                   "and the whole test split (0: the whole collection)")
 @click.option("--epochs", type=click.IntRange(min=1), default=1, show_default=True)
 @click.option("--set", "sets", multiple=True, metavar="KEY=VALUE",
               help="a training setting for both trainings, as for `graphcost train`; repeatable")
