@@ -13,14 +13,15 @@ configs each of the released test files), so the worst file is always rehearsed.
 all, and the whole test split.
 
 The path (`run_path`): `info`, `validate`, one epoch of `train` for the default ranker
-and for the official baseline (full graph where the memory check lets it, otherwise
-GST, as `train`'s refusal advises), `evaluate` on the validation split with 1,000
-configs per graph (`--eval-indices`, as the official evaluation) and `submit` on the
-test split (the official baseline trains full graphs only: its own back-propagation
-window bounds its memory). Each step runs as `graphcost …` in a child process that reports its own
-VmHWM at exit (ru_maxrss would carry the parent's peak through fork and exec). Whole
-collection figures are projected from the replica's graphs: an epoch by the ratio of
-nodes, the cache exactly from the shapes.
+and for the official baseline, `evaluate` on the validation split with 1,000 configs per
+graph (`--eval-indices`, as the official evaluation) and `submit` on the test split. The
+ranker trains full graphs where the memory check lets it, otherwise GST, as `train`'s
+refusal advises; the official baseline trains full graphs only (its own
+back-propagation window bounds its memory). Each step runs as `graphcost …` in a child
+process that reports its own VmHWM at exit (ru_maxrss would carry the parent's peak
+through fork and exec). Whole-collection figures are projected from the replica's
+graphs: each step's time by what its work grows with (`SCALES_WITH`), the read cache
+exactly from the shapes.
 """
 
 from __future__ import annotations
