@@ -103,13 +103,14 @@ BLOCK_ELEMENTS = 1 << 24
 
 def row_blocks(a: np.ndarray, max_elements: int = BLOCK_ELEMENTS
                ) -> Iterator[tuple[int, np.ndarray]]:
-    """Every row of `a` as (first row, float32 copy of a block of rows): a scan of a
-    memory-mapped array that holds one block at a time, however large its file."""
+    """Every row of `a` as (first row, float32 block of rows): a scan of a memory-mapped
+    array that keeps one block resident at a time, however large its file. A float32
+    block is a view of the map (reading it again after the next block is drawn only
+    costs minor faults); another dtype is cast, a copy."""
     rows = max(1, max_elements // max(1, int(np.prod(a.shape[1:]))))
     for start in range(0, a.shape[0], rows):
-        block = np.array(a[start:start + rows], dtype=np.float32)
+        yield start, np.asarray(a[start:start + rows], dtype=np.float32)
         release_pages(a)
-        yield start, block
 
 
 def release_pages(a: np.ndarray) -> None:
