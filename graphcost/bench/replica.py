@@ -30,6 +30,7 @@ import atexit
 import json
 import math
 import os
+import runpy
 import shutil
 import subprocess
 import sys
@@ -306,15 +307,17 @@ def disk_bytes(path: Path) -> int:
 
 def bench_replica(names: Sequence[str], out: str | Path, per_split: int = 2, epochs: int = 1,
                   sets: Sequence[str] = (), seed: int = 0, keep: bool = False,
-                  log: Callable[[str], None] = print,
-                  on_step: Callable[[str, StepResult], None] = lambda *_: None) -> dict:
-    """Write each collection's replica under OUT/data and run the path on it; its files
-    and read cache (the largest things on disk) are removed after each collection
-    unless `keep`. The rows go to OUT/replica.json as each collection ends, beside
-    those of collections an earlier run there measured."""
+                  log: Callable[[str], None] = print) -> dict:
+    """Write each collection's replica (default: all five) under OUT/data and run the path
+    on it, logging each step as it ends; its files and read cache (the largest things on
+    disk) are removed after each collection unless `keep`. The rows go to
+    OUT/replica.json as each collection ends, beside those of collections an earlier run
+    there measured."""
     out = Path(out)
+    names = names or tuple(PUBLISHED)
     for name in names:
         published(name)  # refuse an unknown name before any work
+    log(f"{'collection':<20} {HEADER}")
     report = out / "replica.json"  # rows of collections run before stay, others are added
     rows = json.loads(report.read_text()) if report.exists() else {}
     for name in names:
@@ -326,7 +329,8 @@ def bench_replica(names: Sequence[str], out: str | Path, per_split: int = 2, epo
         write_replica(root, name, subset, seed, progress=True)
         written = time.perf_counter() - t
         log(f"{name}: wrote {len(subset)} graphs in {written:.0f} s")
-        steps = run_path(root, name, work, epochs, sets, lambda r, n=name: on_step(n, r))
+        steps = run_path(root, name, work, epochs, sets,
+                         lambda r, n=name: log(f"{n:<20} {format_step(r)}"))
         cache = disk_bytes(work / "cache")
         rows[name] = summarise(name, shapes, subset, steps, cache,
                                disk_bytes(collection_dir(root, name)), written)
@@ -437,12 +441,11 @@ def _child() -> None:
     """`python -m graphcost.bench.replica PEAK_FILE ARGS…`: `graphcost ARGS…`, writing
     this process's VmHWM to PEAK_FILE at exit (clean or not, short of SIGKILL)."""
     from graphcost.bench.io import peak_bytes
-    from graphcost.cli import main
 
     peak_file = sys.argv[1]
     atexit.register(lambda: Path(peak_file).write_text(str(peak_bytes())))
     sys.argv = ["graphcost", *sys.argv[2:]]
-    main(prog_name="graphcost")
+    runpy.run_module("graphcost", run_name="__main__")  # `python -m graphcost ARGS…`
 
 
 if __name__ == "__main__":

@@ -306,27 +306,11 @@ def bench_scale_cmd(sizes: str, modes: str, configs: int, num_configs: int, step
 def bench_replica_cmd(collections: tuple[str, ...], out_dir: str, graphs: int, epochs: int,
                       sets: tuple[str, ...], seed: int, keep: bool) -> None:
     """Write full-size replicas of the published TpuGraphs collections (default: all
-    five) and time the user's path on each: info, validate, train, evaluate, submit,
-    each step in its own process with its peak RSS; projects a whole epoch and the read
-    cache of each whole collection."""
-    from graphcost.bench.replica import (
-        HEADER,
-        PUBLISHED,
-        bench_replica,
-        format_step,
-        format_summary,
-        published,
-    )
+    five) and time the user's path on each, every step in its own process with its peak
+    RSS, projected to the whole collection (docs/replica.md)."""
+    from graphcost.bench.replica import bench_replica, format_summary
 
-    def on_step(name: str, r) -> None:
-        click.echo(f"{name:<20} {format_step(r)}")
-
-    names = collections or tuple(PUBLISHED)
-    for name in names:
-        published(name)  # an unknown name is refused before the header
-    click.echo(f"{'collection':<20} {HEADER}")
-    rows = bench_replica(names, out_dir, graphs, epochs, sets, seed, keep, log=click.echo,
-                         on_step=on_step)
+    rows = bench_replica(collections, out_dir, graphs, epochs, sets, seed, keep, log=click.echo)
     click.echo("\n" + format_summary(rows))
 
 
