@@ -41,6 +41,7 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 
 import numpy as np
+from scipy.optimize import brentq
 from scipy.special import ndtri
 
 from graphcost.errors import UserError
@@ -103,15 +104,10 @@ class Shape:
 
 def clipped_lognormal(n: int, mean: float, low: int, high: int, sigma: float) -> np.ndarray:
     """n sizes at evenly spaced quantiles of a lognormal clipped to [low, high], its median
-    chosen (by bisection) so that the clipped values average `mean`."""
+    chosen so that the clipped values average `mean` (low < mean < high)."""
     z = sigma * ndtri((np.arange(n) + 0.5) / n)
-    lo, hi = math.log(low), math.log(high)
-    for _ in range(60):
-        mu = (lo + hi) / 2
-        if np.clip(np.exp(mu + z), low, high).mean() < mean:
-            lo = mu
-        else:
-            hi = mu
+    mu = brentq(lambda m: np.clip(np.exp(m + z), low, high).mean() - mean,
+                math.log(low) - 10 * sigma, math.log(high) + 10 * sigma)
     return np.clip(np.rint(np.exp(mu + z)), low, high).astype(np.int64)
 
 
