@@ -96,7 +96,6 @@ class LayoutGraph(_GraphBase):
         return out
 
 
-
 #: elements a whole-array scan holds at a time (64 MiB of float32)
 BLOCK_ELEMENTS = 1 << 24
 
