@@ -44,6 +44,7 @@ import numpy as np
 from scipy.optimize import brentq
 from scipy.special import ndtri
 
+from graphcost.atomic import write_json
 from graphcost.errors import UserError
 
 SPLITS = ("train", "valid", "test")
@@ -349,12 +350,6 @@ def check_disk(out: Path, name: str, subset: Sequence[Shape]) -> None:
                         f"{need / 2**30:,.0f} GB at {out} for its files and read cache; "
                         f"{free / 2**30:,.0f} GB are free there. Write fewer graphs per split "
                         f"(--graphs) or choose another --out.")
-
-
-def write_json(obj: object, path: Path) -> None:
-    from graphcost.atomic import write_json as atomic_write_json
-
-    atomic_write_json(obj, path)
 
 
 def summarise(name: str, shapes: Sequence[Shape], subset: Sequence[Shape],
