@@ -176,7 +176,7 @@ def test_pipeline_and_inline_runs_sample_the_same_executables(tmp_path):
 def test_random_pick_score_is_the_mean_over_every_pick():
     from itertools import combinations
 
-    from graphcost.xla.collect import random_pick_score
+    from graphcost.stats import random_pick_score
 
     r = np.random.default_rng(0).uniform(1, 3, 9)
     r[3] = r[5]  # a tie, as configs sharing one executable have

@@ -21,8 +21,9 @@ from graphcost.autotune.costmodel import (
     finetune_settings,
     learn_while_measuring,
 )
-from graphcost.bench.pool import best_of, expected_best_of_random
+from graphcost.bench.pool import best_of
 from graphcost.errors import UserError
+from graphcost.stats import expected_best_of_random
 
 torch.set_num_threads(1)
 

@@ -45,12 +45,13 @@ import numpy as np
 
 from graphcost.autotune.tune import SAMPLES, clearly_faster
 from graphcost.bench.headroom import STRATEGIES, summarize_rows
-from graphcost.bench.pool import best_of, draw_weights, learn_picks, top_picks
+from graphcost.bench.pool import best_of, learn_picks, top_picks
 from graphcost.data.collection import open_collection
 from graphcost.data.families import family_of
 from graphcost.errors import UserError
 from graphcost.eval.crossval import crossvalidate, pooled_files, read_results
 from graphcost.formats.npz import LayoutGraph, read_extra, read_graph
+from graphcost.stats import draw_weights
 from graphcost.train.settings import TrainSettings
 from graphcost.xla.measure import Protocol
 
@@ -112,7 +113,7 @@ def expected_choice(runtime: np.ndarray, default: int, k: int,
     configs (the default excluded) keeps its fastest by `runtime` of those it may choose
     (`clear`; default: those faster than the default), or the default when it drew none;
     `value` (default: `runtime`) is what is averaged, e.g. the same configs' confirmed
-    runtimes; each draw weighed by `bench.pool.draw_weights`."""
+    runtimes; each draw weighed by `stats.draw_weights`."""
     value = runtime if value is None else value
     others = [i for i in range(len(runtime)) if i != default and np.isfinite(runtime[i])]
     may = set(clear) if clear is not None else {i for i in others

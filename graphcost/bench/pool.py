@@ -33,28 +33,11 @@ from graphcost.autotune.program import Tunable, measure, prepare
 from graphcost.autotune.tune import ratio_interval
 from graphcost.bench.autotune import geomean_ci
 from graphcost.eval.metrics import kendall_tau, t_interval
+from graphcost.stats import expected_best_of_random
 from graphcost.xla.measure import Protocol
 from graphcost.xla.programs import make_program
 
 STRATEGIES = ("model", "learn", "random")
-
-
-def draw_weights(n: int, k: int) -> np.ndarray:
-    """(n,): the probability that the j-th fastest of n configs is the fastest of k drawn
-    at random without replacement, C(n-1-j, k-1) / C(n, k) (k at most n, at least 1)."""
-    return np.array([math.comb(n - 1 - j, k - 1) for j in range(n)],
-                    dtype=np.float64) / math.comb(n, k)
-
-
-def expected_best_of_random(runtime: Sequence[float], k: int,
-                            default: float = math.inf) -> float:
-    """E[min(default, the fastest of k configs drawn without replacement from `runtime`)],
-    over every draw (`draw_weights`)."""
-    rt = np.sort(np.asarray(runtime, dtype=np.float64))
-    n, k = len(rt), min(k, len(rt))
-    if k < 1:
-        return default
-    return float((draw_weights(n, k) * np.minimum(rt, default)).sum())
 
 
 def top_picks(scores: Sequence[float], default: int, k: int) -> list[int]:

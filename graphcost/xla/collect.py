@@ -38,6 +38,7 @@ from graphcost.atomic import atomic_open, write_json
 from graphcost.data.collection import SPLITS
 from graphcost.errors import UserError
 from graphcost.formats.records import Graph
+from graphcost.stats import random_pick_score
 from graphcost.xla.measure import Protocol, pin_to_core
 from graphcost.xla.plan import (
     DEFAULT_PROGRAMS,
@@ -313,21 +314,6 @@ def _machine() -> dict[str, Any]:
         pass
     return {"node": platform.node(), "cpu": cpu, "cores": len(os.sched_getaffinity(0)),
             "python": platform.python_version(), "platform": platform.platform()}
-
-
-def random_pick_score(runtime_ns: np.ndarray, k: int = 5) -> float:
-    """The expected tile score (2 − best of the top k / best of all) of k configs picked
-    at random: the floor a model must clear on this graph. With runtimes sorted
-    ascending, the i-th (0-based) is the best of a random k-subset with probability
-    C(c−1−i, k−1) / C(c, k)."""
-    from math import comb
-
-    r = np.sort(np.asarray(runtime_ns, dtype=np.float64))
-    c = r.size
-    if c <= k:
-        return 1.0
-    p = np.array([comb(c - 1 - i, k - 1) for i in range(c)], dtype=np.float64) / comb(c, k)
-    return float(2.0 - (p * r).sum() / r[0])
 
 
 def collection_figures(entries: list[dict[str, Any]]) -> dict[str, Any]:
