@@ -292,9 +292,10 @@ def run_path(root: Path, name: str, work: Path, epochs: int = 1, sets: Sequence[
 
 def first_epoch_seconds(run: Path) -> float | None:
     """Seconds of the first epoch's training steps, from the run's metrics.jsonl."""
-    metrics = run / "metrics.jsonl"
-    lines = metrics.read_text().splitlines() if metrics.exists() else []
-    return float(json.loads(lines[0])["seconds"]) if lines else None
+    from graphcost.eval.report import read_history
+
+    history = read_history(run)
+    return float(history[0]["seconds"]) if history else None
 
 
 def disk_bytes(path: Path) -> int:
