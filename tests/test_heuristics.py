@@ -62,6 +62,16 @@ def test_moved_bytes_weighs_each_move_by_its_tensor():
                                   [0, 16, 16384, 16400, 16])
 
 
+def test_changed_bytes_counts_only_layouts_set_to_another_order():
+    # the graph's own layouts: node 0's 2×2 tensor is {0, 1} (minor-to-major), node 1's
+    # {1, 0}; setting node 0 to {0, 1} keeps its order, setting node 1 to it changes it
+    graph = layout_graph(LAYOUTS)
+    graph.node_feat[0, 134:136] = [0, 1]
+    graph.node_feat[1, 134:136] = [1, 0]
+    np.testing.assert_array_equal(scores("changed-bytes", [graph]), [0, 0, 16384, 16384, 0])
+    np.testing.assert_array_equal(scores("moved-bytes", [graph]), [0, 16, 16384, 16400, 16])
+
+
 def test_default_first_puts_the_default_first_and_ties_the_rest():
     np.testing.assert_array_equal(scores("default-first", [layout_graph(LAYOUTS)]),
                                   [0, 1, 1, 1, 1])
@@ -167,7 +177,7 @@ def test_a_heuristic_on_the_wrong_kind_is_refused(collections, tmp_path):
 def test_compare_shows_the_best_heuristic_paired_with_the_model(collections, tmp_path):
     layout, _ = collections
     files = {}
-    for name in ("default-first", "fewest-changes", "moved-bytes"):
+    for name in ("default-first", "fewest-changes", "moved-bytes", "changed-bytes"):
         files[name] = tmp_path / f"{name}.json"
         done = CliRunner().invoke(main, ["crossval", str(layout), "--folds", "2", "--model",
                                          name, "--json", str(files[name])])
@@ -178,7 +188,7 @@ def test_compare_shows_the_best_heuristic_paired_with_the_model(collections, tmp
     result = CliRunner().invoke(main, [
         "compare", str(files["default-first"]), "--against", str(files["fewest-changes"]),
         "--heuristic", str(files["fewest-changes"]), "--heuristic", str(files["moved-bytes"]),
-        "--json", str(tmp_path / "c.json")])
+        "--heuristic", str(files["changed-bytes"]), "--json", str(tmp_path / "c.json")])
     assert result.exit_code == 0, result.output
     assert f"paired difference default-first − {best}:" in result.output
     c = json.loads((tmp_path / "c.json").read_text())

@@ -45,8 +45,8 @@ class _TrainCommand(click.Command):
 @click.argument("data", type=click.Path(exists=True))
 @click.option("--model", "model_name", default="ranker", show_default=True,
               help="ranker, or a baseline: sage-early, sage-late, mlp (tile), resgcn (layout); "
-                   "or a heuristic: fewest-changes, moved-bytes (layout), config-only (tile), "
-                   "default-first (both)")
+                   "or a heuristic: fewest-changes, moved-bytes, changed-bytes (layout), "
+                   "config-only (tile), default-first (both)")
 @click.option("--out", "out_dir", required=True, type=click.Path(),
               help="run directory: held by one run at a time; a run already there is "
                    "refused unless --resume or --overwrite")
@@ -171,8 +171,8 @@ def submit_cmd(data: str, models: tuple[str, ...], out_path: str, split: str, de
               help="folds of program families; each family is held out exactly once")
 @click.option("--model", "model_name", default="ranker", show_default=True,
               help="ranker, or a baseline: sage-early, sage-late, mlp (tile), resgcn (layout); "
-                   "or a heuristic: fewest-changes, moved-bytes (layout), config-only (tile), "
-                   "default-first (both)")
+                   "or a heuristic: fewest-changes, moved-bytes, changed-bytes (layout), "
+                   "config-only (tile), default-first (both)")
 @click.option("--set", "sets", multiple=True, metavar="KEY=VALUE",
               help="a training or model setting, as for `graphcost train`; repeatable")
 @click.option("--epochs", type=int, default=None)

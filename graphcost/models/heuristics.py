@@ -9,6 +9,9 @@ rule from the batch tensors; lower scores mean faster, as for every network.
   default is predicted faster;
 - `MovedBytes` (layout): the same, each moved layout weighed by its tensor's bytes
   (the copy it forces);
+- `ChangedBytes` (layout): the same, counting only layouts set to another order than the
+  tensor's own in the graph (a random permutation of a 2-D tensor is its own order half
+  the time, and forces no copy);
 - `DefaultFirst` (layout and tile): the default config first, every other tied;
 - `ConfigOnly` (tile): a linear model of log runtime on the config features alone,
   blind to the graph, fitted by least squares.
@@ -64,10 +67,19 @@ def moved_layouts(config: Tensor) -> Tensor:
     return (config.reshape(c, k, 3, 6) != -1).any(-1).float()
 
 
-def moved_cost(b: Batch, weight: Tensor) -> Tensor:
-    """(B, C): each config's moved layouts (`moved_layouts`), each costing its `weight`
-    (K, 3), summed over the configurable nodes of its graph."""
-    per_node = (moved_layouts(b.config) * weight).sum(-1, keepdim=True)  # (C, K, 1)
+def changed_layouts(config: Tensor, own: Tensor) -> Tensor:
+    """(C, K, 3) from layout configs (C, K, 18) and the graph's own layouts `own` (K, 3, 6)
+    of the same tensors (−1 padded): 1 where a config sets role r of node k to another
+    order than the one its tensor has in the graph."""
+    c, k, _ = config.shape
+    v = config.reshape(c, k, 3, 6)
+    return ((v != -1).any(-1) & (v != own.to(v.dtype)).any(-1)).float()
+
+
+def per_graph(b: Batch, moved: Tensor, weight: Tensor) -> Tensor:
+    """(B, C): moved layouts (C, K, 3), each costing its `weight` (K, 3), summed over the
+    configurable nodes of each graph."""
+    per_node = (moved * weight).sum(-1, keepdim=True)  # (C, K, 1)
     return pool_own("sum", per_node, b.config_graph, b.num_graphs)[..., 0].t()
 
 
@@ -86,13 +98,17 @@ class FewestChanges(Heuristic):
         """(K, 3): what one moved layout of each (node, role) costs: here 1."""
         return torch.ones_like(b.config_bytes)
 
+    def moved(self, config: Tensor, b: Batch | GraphTensors) -> Tensor:
+        """(C, K, 3): which layouts the configs (C, K, 18) of `b` move."""
+        return moved_layouts(config)
+
     def forward(self, b: Batch) -> Tensor:
-        return moved_cost(b, self.weight(b))
+        return per_graph(b, self.moved(b.config, b), self.weight(b))
 
     def config_scores(self, configs: Tensor, g: GraphTensors) -> Tensor:
         """(C,) the rule on configs of one graph, shaped like `g.configs(ids)` (they need
         not be g's own): what a ranker learning on top of the rule adds (`Prior`)."""
-        return (moved_layouts(configs) * self.weight(g).to(configs.device)).sum((1, 2))
+        return (self.moved(configs, g) * self.weight(g).to(configs.device)).sum((1, 2))
 
 
 class MovedBytes(FewestChanges):
@@ -109,6 +125,22 @@ class MovedBytes(FewestChanges):
 
     def weight(self, b: Batch | GraphTensors) -> Tensor:
         return b.config_bytes
+
+
+class ChangedBytes(MovedBytes):
+    r"""The bytes a config changes: as `MovedBytes`, counting only the layouts set to
+    another order than their tensor's own in the graph,
+
+    .. math:: s(c) = \sum_{k} \sum_{r} [\,x_{c,k,r} \neq (-1)^6 \wedge
+              x_{c,k,r} \neq \ell_{k,r}\,] \cdot \mathrm{bytes}_{k,r}
+
+    with ℓ the layout of that tensor in the graph (node features 134–139 of the node
+    role r lays out). Setting a tensor to the order it already has forces no copy; a
+    random permutation of a 2-D tensor does so half the time.
+    """
+
+    def moved(self, config: Tensor, b: Batch | GraphTensors) -> Tensor:
+        return changed_layouts(config, b.config_default.to(config.device))
 
 
 class DefaultFirst(Heuristic):
@@ -134,7 +166,8 @@ class DefaultFirst(Heuristic):
     def forward(self, b: Batch) -> Tensor:
         if self.kind == "tile":  # (B, C, 24) raw features
             return (~self.is_default(b.config)).float()
-        return (moved_cost(b, torch.ones_like(b.config_bytes)) > 0).float()
+        return (per_graph(b, moved_layouts(b.config), torch.ones_like(b.config_bytes))
+                > 0).float()
 
     def fit_closed_form(self, graphs: Iterable[GraphTensors]) -> str:
         if self.kind == "tile":
@@ -228,6 +261,7 @@ class ConfigOnly(Heuristic):
 PRIORS: dict[str, tuple[type[FewestChanges | ConfigOnly], str]] = {
     "fewest-changes": (FewestChanges, "layout"),
     "moved-bytes": (MovedBytes, "layout"),
+    "changed-bytes": (ChangedBytes, "layout"),
     "config-only": (ConfigOnly, "tile"),
 }
 
@@ -238,7 +272,7 @@ class Prior(nn.Module):
     .. math:: p(c) = w \cdot \log(1 + s(c) / u) \ \text{(layout)}, \qquad
               p(c) = w \cdot s(c) \ \text{(tile: config-only's log runtime)}
 
-    with the rule's unit u (one layout, or one MiB moved) and a learned weight w (1 at
+    with the rule's unit u (one layout, or one MiB moved or changed) and a learned weight w (1 at
     first). The log keeps a copy of a 1 GB tensor within a few units of no copy, and a
     few KiB near no change, so the network breaks those ties (in bytes rather than MiB, a
     4 KiB copy scored 8 units from none and the ranker learned worse on top of it: τ

@@ -27,6 +27,7 @@ from graphcost.formats import Graph
 from graphcost.models.base import GraphTensors, RankingNet, graph_tensors
 from graphcost.models.heuristics import (
     PRIORS,
+    ChangedBytes,
     ConfigOnly,
     ConfigOnlySettings,
     DefaultFirst,
@@ -95,6 +96,7 @@ MODELS: dict[str, ModelSpec] = {
                      "minmax"),
     "fewest-changes": _heuristic(FewestChanges, ("layout",)),
     "moved-bytes": _heuristic(MovedBytes, ("layout",)),
+    "changed-bytes": _heuristic(ChangedBytes, ("layout",)),
     "default-first": _heuristic(DefaultFirst, ("layout", "tile")),
     "config-only": _heuristic(ConfigOnly, ("tile",), ConfigOnlySettings, "standard"),
 }
