@@ -39,11 +39,12 @@ def layers_of(m, gt):
     return (RankerLayers if m.name == "ranker" else ResModelLayers)(m.net, gt)
 
 
-@pytest.mark.parametrize("name", ["ranker", "resgcn"])
+@pytest.mark.parametrize("name,settings", [("ranker", {}), ("ranker", {"change_features": True}),
+                                           ("resgcn", {})])
 @pytest.mark.parametrize("kind,path", [("random", "batched"), ("local", "local"),
                                        ("default", "local")])
-def test_layout_fast_path_equals_plain(name, kind, path):
-    m, gt, rng = build(name, "layout", 400, 48)
+def test_layout_fast_path_equals_plain(name, settings, kind, path):
+    m, gt, rng = build(name, "layout", 400, 48, **settings)
     configs = config_sets(gt, "layout", 48, rng)[kind]
     with torch.no_grad():
         plain = m.net.config_scorer(gt, fast=False)(configs)

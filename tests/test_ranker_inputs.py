@@ -41,6 +41,25 @@ def test_input_and_kernel_entries_are_sized_by_the_operands_shapes():
     assert sizes[[1, 7, 13]].tolist() == [0, 0, 0]  # −1 with no default layout: nothing
 
 
+def test_change_features_flag_a_new_order_and_size_it():
+    """Output set to the order the 8×32 result already has (minor-to-major 1, 0): no
+    change; input set to 0, 1 against the 8×2 operand's 1, 0: a change of its 64 bytes."""
+    g = graph_with_operands()
+    at = g.node_feat[role_nodes(g)]
+    dims = torch.as_tensor(np.log2(np.maximum(at[..., 21:27], 1)))
+    default = torch.as_tensor(np.where(at[..., 21:27] > 0, at[..., 134:140], -1)).long()
+    nbytes = torch.full((2, 3), 64.0)
+    config = torch.full((1, 2, 18), -1.0)
+    config[0, 0, 0:2] = torch.tensor([1, 0])
+    config[0, 0, 6:8] = torch.tensor([0, 1])
+    plain = layout_features(config, dims, default)
+    full = layout_features(config, dims, default, nbytes)
+    assert torch.equal(full[..., :plain.shape[-1]], plain)  # the same features first
+    changed, size = full[0, :, plain.shape[-1]:].split(3, dim=-1)
+    assert changed.tolist() == [[0, 1, 0], [0, 0, 0]]
+    np.testing.assert_allclose(size, [[0, np.log2(1 + 64 / 1024), 0], [0, 0, 0]], rtol=1e-6)
+
+
 def test_directed_sage_gives_each_direction_its_own_weight():
     torch.manual_seed(0)
     conv = DirectedSAGEConv(3)

@@ -69,7 +69,7 @@ from graphcost.models.fastpath import (
     row_codes,
     state_configs,
 )
-from graphcost.models.heuristics import Prior
+from graphcost.models.heuristics import Prior, changed_layouts
 from graphcost.models.ranker_layers import CrossConfigAttention, DirectedSAGEConv
 from graphcost.models.segments import is_segmented, split_segments
 
@@ -106,6 +106,9 @@ class RankerSettings:
     # a rule to learn a correction on top of (step 8): "fewest-changes" or "moved-bytes"
     # (layout), "config-only" (tile); "": none, the ranker learns from scratch
     prior: str = ""
+    # layout: also tell the join, per role, whether a config sets another order than
+    # the tensor's own in the graph, and the log size of that tensor (`layout_features`)
+    change_features: bool = False
     # what a checkpoint written before a setting existed was trained with
     BEFORE: ClassVar[dict[str, Any]] = {"tile_join": "late"}
 
@@ -121,9 +124,11 @@ def reference_sets(num_configs: int, size: int, sets: int = 1) -> list[np.ndarra
 
 LAYOUT_VALUES = 7  # a minor-to-major entry is −1 (padding / compiler default) or a dim 0..5
 LAYOUT_FEATURES = 18 * LAYOUT_VALUES + 18
+CHANGE_FEATURES = 6  # `change_features`: per role, changed or not, and its log size
 
 
-def layout_features(config: Tensor, dims: Tensor, default: Tensor) -> Tensor:
+def layout_features(config: Tensor, dims: Tensor, default: Tensor,
+                    nbytes: Tensor | None = None) -> Tensor:
     """Per-node layout config features for the ranker.
 
     config (C, K, 18) raw entries (output, input, kernel: 6 each), dims (K, 3, 6) log2
@@ -132,14 +137,20 @@ def layout_features(config: Tensor, dims: Tensor, default: Tensor) -> Tensor:
     it names in its own role's tensor (the input's entries name the node's first
     operand's dimensions, the kernel's its second's), where an entry of −1 (compiler
     default) names the dimension of the graph's own layout at that position (0 past
-    the rank).
+    the rank). With `nbytes` (K, 3), the bytes of each role's tensor, CHANGE_FEATURES
+    more follow: per role, whether the config sets it to another order than the
+    graph's own (a copy, `heuristics.changed_layouts`) and then log2(1 + KiB) of it.
     """
     v = config.round().long().clamp(-1, 5)
     onehot = nn.functional.one_hot(v + 1, LAYOUT_VALUES).flatten(-2).to(dims.dtype)
     v = v.unflatten(-1, (3, 6))  # (C, K, 3, 6)
     eff = torch.where(v >= 0, v, default.unsqueeze(0))
     size = torch.gather(dims.unsqueeze(0).expand(v.shape[0], -1, -1, -1), 3, eff.clamp(min=0))
-    return torch.cat([onehot, (size * (eff >= 0)).flatten(-2)], dim=-1)
+    parts = [onehot, (size * (eff >= 0)).flatten(-2)]
+    if nbytes is not None:
+        changed = changed_layouts(config, default).to(dims.dtype)  # (C, K, 3)
+        parts += [changed, changed * torch.log2(1 + nbytes / 1024).to(dims.dtype)]
+    return torch.cat(parts, dim=-1)
 
 
 def mean_adjacency(g: GraphTensors) -> sp.csr_matrix:
@@ -169,7 +180,8 @@ class RankerLayers:
         on = r.on_config
         k = r.k[on]
         cfg = layout_features(r.cfg[on].unsqueeze(0), self.g.config_dims[k],
-                              self.g.config_default[k])[0]
+                              self.g.config_default[k], self.g.config_bytes[k]
+                              if self.net.s.change_features else None)[0]
         h[on] += self.net.join(torch.cat([h[on], cfg], dim=-1))
         return h
 
@@ -194,7 +206,8 @@ class Ranker(RankingNet):
         self.opcode = nn.Embedding(NUM_OPCODES, s.opcode_dim)
         self.node_in = mlp(node_dim + s.opcode_dim, d, d, s.dropout)
         if kind == "layout":
-            self.join = mlp(d + LAYOUT_FEATURES, d, d, s.dropout)
+            extra = CHANGE_FEATURES if s.change_features else 0
+            self.join = mlp(d + LAYOUT_FEATURES + extra, d, d, s.dropout)
             self.pool = nn.Linear(3 * d, d)
         else:
             self.config_in = mlp(config_dim, d, d, s.dropout)
@@ -311,7 +324,8 @@ class Ranker(RankingNet):
             return self.join(torch.cat([g, cfg], -1))
         h0, c = state, config.shape[0]
         at = h0[b.config_nodes].expand(c, -1, -1)  # (C, K, d)
-        cfg = layout_features(config, b.config_dims, b.config_default)
+        cfg = layout_features(config, b.config_dims, b.config_default,
+                              b.config_bytes if self.s.change_features else None)
         delta = self.join(torch.cat([at, cfg], dim=-1))
         h = self._gnn(h0.expand(c, -1, -1).index_add(1, b.config_nodes, delta), b)
         parts = [pool_own("mean", h, b.node_graph, b.num_graphs),
