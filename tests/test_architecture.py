@@ -1,4 +1,4 @@
-"""The package's structure (DESIGN §8): one direction of flow, small modules, one loop."""
+"""The package's structure (docs/design.md §8): one direction of flow, small modules, one loop."""
 
 import ast
 from graphlib import CycleError, TopologicalSorter

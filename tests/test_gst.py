@@ -263,7 +263,7 @@ def test_cli_refuses_over_budget_training_with_a_clear_message(tmp_path):
     coll = tmp_path / "data" / "npz" / "layout" / "synth" / "random"
     r = CliRunner().invoke(main, ["train", str(coll), "--out", str(tmp_path / "run"),
                                   "--set", "memory_budget='1M'", "--set", "progress=False"])
-    assert r.exit_code == 2  # a user error (DESIGN: one error path, exit 2)
+    assert r.exit_code == 2  # a user error (docs/design.md: one error path, exit 2)
     assert "Error:" in r.output and "mode=gst" in r.output
     assert "Traceback" not in r.output
     assert not (tmp_path / "run" / "last.pt").exists()

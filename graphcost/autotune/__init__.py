@@ -1,4 +1,4 @@
-"""Autotune JAX programs with a trained cost model (DESIGN §8: model + config space
+"""Autotune JAX programs with a trained cost model (docs/design.md §8: model + config space
 (+ measurement) ─► best config).
 
     import graphcost

@@ -1,7 +1,7 @@
 """A program ready to tune: its config space, its HLO graph, and timing its configs.
 
 `prepare` compiles the default once, reads the graph the model scores and finds the
-configurable points; `measure` times configs with the DESIGN §7 protocol, pinned to a
+configurable points; `measure` times configs with the docs/design.md §7 protocol, pinned to a
 core when asked. Autotuning (`tune`), the cost model that learns from measurements
 (`costmodel`) and the benchmarks build on it.
 """
@@ -131,7 +131,7 @@ def _executable_and_inputs(layout: LayoutSpace, exe: Any) -> tuple[Any, list]:
 
 def measure(t: Tunable, configs: Sequence[Config], protocol: Protocol,
             core: int | None = None) -> list:
-    """Time `configs` (the first is the output reference) with the DESIGN §7 protocol."""
+    """Time `configs` (the first is the output reference) with the docs/design.md §7 protocol."""
 
     def build(i: int):
         plan, opts = t.plan_and_options(configs[i])

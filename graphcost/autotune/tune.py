@@ -17,7 +17,7 @@ in fresh rounds (`graphcost bench families`, `docs/results.md`). `evaluations` >
 A layout model scores layout plans, a tile model option configs (a tile model is
 taken to be trained on an `options:cpu` collection: both are 24 graph-level floats).
 
-What is measured and reported (DESIGN §7 protocol: compile every config first, then
+What is measured and reported (docs/design.md §7 protocol: compile every config first, then
 time in rounds of fresh random order, each config's runtime the protocol's statistic,
 the minimum by default; pinned to `core` when given):
 - selection round: the default, the K best configs by model score, the default excluded

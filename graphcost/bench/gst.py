@@ -19,7 +19,7 @@ Each row has the mean held-out τ with its bootstrap 95% interval, whether it li
 inside full training's interval, and the paired difference to full training (bootstrap
 over the same test graphs, which is much tighter than comparing two intervals). With
 `repeats` > 1 every variant is trained once per seed and each test graph's τ averaged
-over the seeds first, since retraining alone moves τ by up to ±0.1 (DESIGN §5).
+over the seeds first, since retraining alone moves τ by up to ±0.1 (docs/design.md §5).
 The dataset is a collection (`data`, e.g. the bundled one) or synthetic layout graphs of
 `nodes` nodes, generated alike in every process from the seed.
 """

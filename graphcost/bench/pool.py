@@ -1,7 +1,7 @@
 """`graphcost bench pool`: autotuning strategies against exhaustive measurement of a pool.
 
 Per program, a pool of configs is sampled (the default first) and every one is measured
-(DESIGN §7 protocol, pinned). The pool's measured runtimes are then the ground truth
+(docs/design.md §7 protocol, pinned). The pool's measured runtimes are then the ground truth
 each strategy is judged on, all with the same measurement budget K (the default is
 measured by every strategy, as the reference every speed-up is against):
 - `model`: the model's K best-scored pool configs, measured at once;

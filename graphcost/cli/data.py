@@ -80,7 +80,8 @@ def convert(inputs: tuple[str, ...], out_dir: str, store: bool) -> None:
         for record, reason in r.skipped:
             click.echo(f"  skipped {record}: {reason} ({DROP_RULES[reason]})")
         if r.unknown_opcodes:
-            click.echo(f"  warning: opcodes outside DESIGN §3 (id 0): {dict(r.unknown_opcodes)}")
+            click.echo("  warning: opcodes outside docs/design.md §3 (id 0): "
+                       f"{dict(r.unknown_opcodes)}")
         for e in r.errors:
             click.echo(f"  BAD {e}", err=True)
         bad += len(r.errors)

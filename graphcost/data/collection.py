@@ -1,4 +1,4 @@
-"""Collections: named sets of `.npz` graphs split into train/valid/test (DESIGN §1).
+"""Collections: named sets of `.npz` graphs split into train/valid/test (docs/design.md §1).
 
 `npz/tile/xla/{split}` is `tile:xla`; `npz/layout/{source}/{search}/{split}` is
 `layout:source:search`; any other folder path below `npz/` is named the same way

@@ -1,4 +1,4 @@
-"""De-duplication of identical configuration rows (DESIGN §1: they occur, with
+"""De-duplication of identical configuration rows (docs/design.md §1: they occur, with
 slightly different runtimes: repeated measurements of one configuration).
 
 A group of identical rows is kept as one row (its first) carrying the group's median

@@ -3,7 +3,7 @@ training and evaluation, or a model is scored on near-copies of what it trained 
 
 `family_of` (the part of a graph name before the first dot: `mlp.003` is family `mlp`)
 lives here, below both the zoo (`graphcost.xla.programs` uses it) and training and
-evaluation, which read from `data/` and never from `xla/` (DESIGN §8).
+evaluation, which read from `data/` and never from `xla/` (docs/design.md §8).
 """
 
 from __future__ import annotations

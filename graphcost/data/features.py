@@ -2,7 +2,7 @@
 
 Raw TpuGraphs features span many orders of magnitude (a shape product can be 1e9
 beside one-hot columns), so models see: layout columns 134–139 re-padded with −1 past
-the tensor's rank (0 is also a dimension index, DESIGN §2), constant columns dropped,
+the tensor's rank (0 is also a dimension index, docs/design.md §2), constant columns dropped,
 wide-range columns through sign(x)·log1p(|x|), then every column standardised.
 """
 
@@ -107,7 +107,7 @@ class _ColumnTransform:
 
 STYLES = ("standard", "minmax", "raw")
 
-#: bytes per element of each element type of node feature columns 2–20 (DESIGN §2):
+#: bytes per element of each element type of node feature columns 2–20 (docs/design.md §2):
 #: invalid, pred, s8, s16, s32, s64, u8, u16, u32, u64, f16, f32, f64, bf16, c64, c128,
 #: tuple, opaque, token
 ELEMENT_BYTES = np.array([0, 1, 1, 2, 4, 8, 1, 2, 4, 8, 2, 4, 8, 2, 8, 16, 0, 0, 0], np.float64)

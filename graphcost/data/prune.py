@@ -3,7 +3,7 @@
 Winning TpuGraphs solutions kept only the configurable nodes and their neighbours:
 4× less memory and 5× faster training with no loss in ranking quality, because a
 layout choice mostly changes the cost of the node that carries it and of the
-copies/transposes around it (DESIGN §6). Tile graphs have graph-level configs and are
+copies/transposes around it (docs/design.md §6). Tile graphs have graph-level configs and are
 returned as they are.
 """
 

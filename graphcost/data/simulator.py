@@ -26,7 +26,7 @@ import numpy as np
 from graphcost.data.synthetic import make_layout_graph
 from graphcost.formats import LayoutGraph
 
-#: how strongly an opcode's runtime depends on its operands' layout (DESIGN §3 ids)
+#: how strongly an opcode's runtime depends on its operands' layout (docs/design.md §3 ids)
 LAYOUT_SENSITIVITY = {26: 3.0, 34: 2.5, 98: 0.5, 75: 0.3, 41: 1.5}
 TILE = (128, 8)  # minor-most, second minor-most
 

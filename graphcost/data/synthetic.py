@@ -1,6 +1,6 @@
 """Synthetic TpuGraphs-format data with planted signal, for tests and benchmarks.
 
-Graphs are random DAGs whose nodes carry realistic feature columns (DESIGN §2).
+Graphs are random DAGs whose nodes carry realistic feature columns (docs/design.md §2).
 Runtimes come from a hidden function of the graph and the configuration, so a model
 that reads both can rank configurations and a random guess cannot:
 
@@ -19,7 +19,7 @@ import numpy as np
 
 from graphcost.formats.npz import LayoutGraph, TileGraph, write_graph
 
-# opcode ids of DESIGN §3 that the generator uses, with a relative cost weight
+# opcode ids of docs/design.md §3 that the generator uses, with a relative cost weight
 OPCODE_WEIGHTS = {63: 0.0, 2: 0.2, 59: 0.2, 13: 0.1, 75: 0.1, 98: 0.5, 70: 0.6,
                   34: 2.0, 26: 3.0, 41: 1.0, 24: 0.0, 57: 0.2, 37: 0.3}
 _OPCODES = np.array(list(OPCODE_WEIGHTS))

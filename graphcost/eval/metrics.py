@@ -1,4 +1,4 @@
-"""The official ranking metrics (DESIGN §5), per graph and as means with 95% intervals.
+"""The official ranking metrics (docs/design.md §5), per graph and as means with 95% intervals.
 
 Convention everywhere: a prediction is a score where LOWER means FASTER (a predicted
 runtime), so a perfect model has τ = 1 against measured runtimes.

@@ -1,4 +1,4 @@
-"""Competition submission CSVs (DESIGN §5): write them, and read them back with checks.
+"""Competition submission CSVs (docs/design.md §5): write them, and read them back with checks.
 
 `ID,TopConfigs`; ID is `tile:xla:<graph>` or `layout:<source>:<search>:<graph>`;
 TopConfigs are config indices joined by ';', fastest first: the top 5 for tile, a

@@ -1,4 +1,5 @@
-"""File formats: TpuGraphs `.npz` reading, writing and validation (later: XLA records)."""
+"""File formats: TpuGraphs `.npz` files (read, written, validated), XLA `HloModuleProto`
+graphs (`hlo`) and raw TPU tuning records (`tuning`), all as the records of `records`."""
 
 from graphcost.formats.errors import GraphFileError
 from graphcost.formats.npz import (

@@ -1,4 +1,5 @@
-"""An XLA `HloModuleProto` as a TpuGraphs graph: nodes, 140 features, opcodes, edges (DESIGN §4).
+"""An XLA `HloModuleProto` as a TpuGraphs graph: nodes, 140 features, opcodes, edges
+(docs/design.md §4).
 
 Every computation of the module is flattened into one graph, in the proto's order
 (computations callee-first, instructions operand-first, so producers precede their
@@ -6,7 +7,7 @@ consumers). One node per instruction; an edge `[consumer, producer]` to each dis
 operand and to the root of every computation the instruction calls (fusion, while,
 call, reduce's `to_apply`, ...). `node_splits` holds the node id where each computation
 starts (the official converter marks only computations named *cluster*, *while* or
-*cond* and appends n; every start is the more useful and DESIGN §1 reading).
+*cond* and appends n; every start is the more useful and docs/design.md §1 reading).
 `FEATURE_TABLE` below says how each of the 140 columns is computed.
 """
 
@@ -26,7 +27,7 @@ from graphcost.formats import hlo_proto as pb
 from graphcost.formats.errors import GraphFileError
 from graphcost.formats.records import NUM_NODE_FEATURES
 
-# ------------------------------------------------------------------ opcode ids (DESIGN §3)
+# ------------------------------------------------------------------ opcode ids (docs/design.md §3)
 
 _OPCODE_NAMES = """
 abs add add-dependency after-all all-reduce all-to-all atan2 batch-norm-grad
@@ -45,7 +46,7 @@ collective-permute-done logistic dynamic-reshape all-reduce-start all-reduce-don
 reduce-scatter all-gather-start all-gather-done opt-barrier async-start async-update
 async-done round-nearest-even stochastic-convert tan
 """.split()
-#: opcode name -> id; ids 1..120 in DESIGN §3 order ('-' marks the unused ids 97 and 101).
+#: opcode name -> id; ids 1..120 in docs/design.md §3 order ('-' marks the unused ids 97 and 101).
 OPCODE_IDS: dict[str, int] = {n: i for i, n in enumerate(_OPCODE_NAMES, start=1) if n != "-"}
 UNKNOWN_OPCODE = 0
 
@@ -97,7 +98,7 @@ FEATURE_TABLE: tuple[tuple[int, int, str, str], ...] = (
     (129, 4, "padding.high", "seq2 over padding_config.dimensions[].edge_padding_high"),
     (133, 1, "is_stable", "1 if is_stable (sort)"),
     (134, 6, "layout.minor_to_major", "lead6 of shape.layout.minor_to_major, 0-padded as "
-                                      "published (ambiguous with dimension 0, DESIGN §2)"),
+                                      "published (ambiguous with dimension 0, docs/design.md §2)"),
 )
 
 
@@ -155,7 +156,7 @@ def instruction_features(inst: pb.HloInstructionProto, is_root: bool) -> np.ndar
 
 
 class UnknownOpcodeWarning(UserWarning):
-    """Opcodes newer than DESIGN §3: their nodes get id 0."""
+    """Opcodes newer than docs/design.md §3: their nodes get id 0."""
 
 
 @dataclass
@@ -186,11 +187,11 @@ def parse_hlo_module(data: bytes, source: str | Path = "<bytes>") -> pb.HloModul
 
 def module_to_graph(module: pb.HloModuleProto, source: str | Path = "<module>",
                     key: str = "module") -> HloGraph:
-    """Flatten every computation of `module` into one graph (DESIGN §4).
+    """Flatten every computation of `module` into one graph (docs/design.md §4).
 
     `source` and `key` name the file and the record in error messages. An operand or
     called computation that does not exist raises `GraphFileError`; opcodes missing
-    from DESIGN §3 become 0 and are counted in `unknown_opcodes` (and warned about).
+    from docs/design.md §3 become 0 and are counted in `unknown_opcodes` (and warned about).
     """
     node_of: dict[int, int] = {}
     root_of: dict[int, int] = {}
@@ -243,7 +244,7 @@ def module_to_graph(module: pb.HloModuleProto, source: str | Path = "<module>",
     if unknown:
         listed = ", ".join(f"{k} x{v}" for k, v in unknown.most_common())
         warnings.warn(f"{source}: {key}: {sum(unknown.values())} nodes with opcodes not in "
-                      f"DESIGN §3 got id 0: {listed}", UnknownOpcodeWarning, stacklevel=2)
+                      f"docs/design.md §3 got id 0: {listed}", UnknownOpcodeWarning, stacklevel=2)
     edge_index = (np.unique(np.asarray(edges, dtype=np.int64), axis=0) if edges
                   else np.zeros((0, 2), dtype=np.int64))
     return HloGraph(

@@ -1,7 +1,7 @@
 """Message classes for the parts of XLA's HLO protos and the TPU tuning records we read.
 
 The descriptors are written here, field by field, from the public field numbers of
-XLA's `xla_data.proto` / `hlo.proto` and TpuGraphs' `tuning.proto` (DESIGN §4): no
+XLA's `xla_data.proto` / `hlo.proto` and TpuGraphs' `tuning.proto` (docs/design.md §4): no
 generated code and no vendored `.proto` files. Only the fields the converter uses are
 declared; protobuf skips every other field of a real record as an unknown field, so
 new XLA fields never break parsing.

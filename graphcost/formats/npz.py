@@ -1,4 +1,4 @@
-"""Read and write TpuGraphs `.npz` files exactly as published (DESIGN §1).
+"""Read and write TpuGraphs `.npz` files exactly as published (docs/design.md §1).
 
 A graph is a plain dataclass of numpy arrays. Layout files can hold gigabytes of
 `node_config_feat`, so that one array is opened lazily as a read-only memory map:

@@ -1,4 +1,4 @@
-"""The graph records every layer shares: plain dataclasses of numpy arrays (DESIGN §1).
+"""The graph records every layer shares: plain dataclasses of numpy arrays (docs/design.md §1).
 
 They sit below both the `.npz` reader/writer and the validator, which each need them,
 so neither has to import the other's module to know what a graph is.

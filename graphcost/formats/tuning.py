@@ -1,7 +1,7 @@
 """Raw TPU tuning records (`TuningData` / `ModuleTuningData` .pb) to TpuGraphs graphs.
 
 A record whose runs carry tile-size configs becomes a `TileGraph`; one whose runs carry
-layout configs becomes a `LayoutGraph` (DESIGN §1, §4). The graph part comes from
+layout configs becomes a `LayoutGraph` (docs/design.md §1, §4). The graph part comes from
 `hlo.module_to_graph`. Which runs and records are left out, and why, is the one table
 `DROP_RULES`. A bad record is reported as a `GraphFileError` and the other records of
 the file are still converted: `convert_tuning_file` never stops at the first problem.

@@ -1,4 +1,4 @@
-"""Consistency checks for graphs read from or written to `.npz` (DESIGN §1).
+"""Consistency checks for graphs read from or written to `.npz` (docs/design.md §1).
 
 The first problem found is raised as a `GraphFileError`; `deep=True` also scans the
 big arrays for NaNs, chunk by chunk so a memory-mapped layout file stays on disk.
@@ -21,7 +21,7 @@ from graphcost.formats.records import (
     row_blocks,
 )
 
-MAX_OPCODE = 255  # ids are stored as uint8 in the wild; DESIGN §3 uses 0..120
+MAX_OPCODE = 255  # ids are stored as uint8 in the wild; docs/design.md §3 uses 0..120
 
 
 def validate_graph(g: Graph, path: str | Path, deep: bool = False,

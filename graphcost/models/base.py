@@ -23,7 +23,8 @@ from torch_geometric.utils import scatter
 from graphcost.data.features import repad_layout, tensor_bytes
 from graphcost.formats import Graph, TileGraph
 
-NUM_OPCODES = 128  # ids 0..120 are used (DESIGN §3); anything larger maps to 0, with a warning
+# ids 0..120 are used (docs/design.md §3); anything larger maps to 0, with a warning
+NUM_OPCODES = 128
 log = logging.getLogger("graphcost")
 NODE_BUDGET = 1 << 19  # node states (× hidden size) one prediction pass may hold per tensor
 
@@ -96,7 +97,7 @@ def graph_tensors(graph: Graph, transform) -> GraphTensors:
     forward = torch.arange(edge_index.shape[1]) < e.shape[1]
     opcode = torch.as_tensor(graph.node_opcode, dtype=torch.long)
     unknown = (opcode < 0) | (opcode >= NUM_OPCODES)
-    if unknown.any():  # counted, not silent (DESIGN §3); they share the embedding of id 0
+    if unknown.any():  # counted, not silent (docs/design.md §3); they share the embedding of id 0
         ids = sorted(set(opcode[unknown].tolist()))
         log.warning("graph %s: %d nodes have opcode ids outside 0..%d (%s); they are read "
                     "as id 0, unknown", graph.name, int(unknown.sum()), NUM_OPCODES - 1,

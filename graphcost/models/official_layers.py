@@ -1,7 +1,7 @@
 """The layers of the official TpuGraphs baselines (TF-GNN code), written in PyTorch.
 
 The official code (github google-research-datasets/tpu_graphs,
-`tpu_graphs/baselines/{layout,tiles}/models.py`) is the spec; DESIGN §6 summarises it.
+`tpu_graphs/baselines/{layout,tiles}/models.py`) is the spec; docs/design.md §6 summarises it.
 Keras defaults that change results are kept: Dense kernels are Glorot-uniform with zero
 biases, the opcode embedding is uniform in ±0.05, `leaky_relu` has slope 0.2, and L2
 regularisation is a loss term (`penalty`), not decoupled weight decay.
@@ -67,7 +67,7 @@ class OpEmbedding(nn.Embedding):
         nn.init.uniform_(self.weight, -0.05, 0.05)
 
     def forward(self, opcode: Tensor) -> Tensor:
-        """Ids past the vocabulary read as 0, unknown (DESIGN §3)."""
+        """Ids past the vocabulary read as 0, unknown (docs/design.md §3)."""
         return super().forward(torch.where(opcode < self.num_embeddings, opcode, 0))
 
     @staticmethod

@@ -35,7 +35,7 @@ class ResModelSettings:
     opcode_dim: int = 32  # opcode embedding size
     layers: int = 2  # GNN layers (each an MLP of `mlp_layers` Dense layers)
     mlp_layers: int = 2  # Dense layers in the prenet and in each GNN layer
-    num_ops: int = 121  # opcode vocabulary: ids 0..120 (DESIGN §3)
+    num_ops: int = 121  # opcode vocabulary: ids 0..120 (docs/design.md §3)
     config_scale: float = 100.0  # config features are multiplied by this before joining
     keep_nodes: int = 5000  # training back-propagates through a window of this many nodes
     l2: float = 1e-4  # L2 on Dense kernels and on the opcode embedding's output

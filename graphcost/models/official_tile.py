@@ -43,7 +43,7 @@ class TileGNNSettings:
     layers: int = 3  # GNN layers
     mlp_layers: int = 2  # SAGE: Dense layers of the head before its output; ResGCN:
     # Dense layers of each GNN layer's MLP
-    num_ops: int = 121  # opcode vocabulary: ids 0..120 (DESIGN §3)
+    num_ops: int = 121  # opcode vocabulary: ids 0..120 (docs/design.md §3)
     l2: float = 1e-4  # L2 on Dense kernels and on the opcode embedding's output
 
 
@@ -213,7 +213,7 @@ class TileMLPSettings:
     hidden: int = 64  # hidden layer size
     opcode_dim: int = 32  # opcode embedding size
     mlp_layers: int = 2  # hidden Dense layers before the output
-    num_ops: int = 121  # opcode vocabulary: ids 0..120 (DESIGN §3)
+    num_ops: int = 121  # opcode vocabulary: ids 0..120 (docs/design.md §3)
     l2: float = 1e-4  # L2 on Dense kernels and on the opcode embedding's output
 
 

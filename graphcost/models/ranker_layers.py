@@ -19,7 +19,7 @@ class DirectedSAGEConv(nn.Module):
     A producer hears its consumers through W_1 and a consumer its operands through
     W_2, so a message says which way along the dataflow it came (one undirected
     SAGEConv mixes the two). `forward` marks the edges in the file's direction (a
-    consumer → its operand, DESIGN §1) in an `edge_index` holding both directions.
+    consumer → its operand, docs/design.md §1) in an `edge_index` holding both directions.
     """
 
     def __init__(self, d: int):

@@ -1,4 +1,4 @@
-"""Graph segments: encode a huge layout graph piece by piece (GST, DESIGN §6).
+"""Graph segments: encode a huge layout graph piece by piece (GST, docs/design.md §6).
 
 A layout graph's nodes are in topological order, so a segment is a contiguous range of
 about `size` nodes, cut at a computation boundary (`node_splits`) when one is near. A

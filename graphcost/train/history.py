@@ -1,4 +1,4 @@
-"""Historical segment embeddings for Graph Segment Training (DESIGN §6).
+"""Historical segment embeddings for Graph Segment Training (docs/design.md §6).
 
 GST back-propagates through a few segments of a graph per step; every other segment's
 embedding comes from `EmbeddingTable`, written when that segment was last encoded.
@@ -101,7 +101,7 @@ class EmbeddingTable:
 def stale_sum(stale: Tensor, fresh: int | Sequence[int], p: float,
               rng: np.random.Generator) -> Tensor:
     """Σ over segments not in `fresh` of (C, S, d) historical embeddings, each segment
-    dropped with probability p (stale embedding dropout, DESIGN §6).
+    dropped with probability p (stale embedding dropout, docs/design.md §6).
 
     One draw per segment, shared by the C configs: a ranking loss compares configs of
     the same graph, and a segment kept for one config but dropped for another would

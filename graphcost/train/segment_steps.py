@@ -1,4 +1,4 @@
-"""Graph Segment Training (GST, DESIGN §6): the segment step strategies.
+"""Graph Segment Training (GST, docs/design.md §6): the segment step strategies.
 
 A graph is cut into contiguous segments of ~`segment_size` nodes (`models/segments.py`)
 and its embedding is the SUM of its segments' embeddings, so a step never holds more

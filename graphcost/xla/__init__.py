@@ -1,4 +1,5 @@
-"""JAX programs as graphs (and later, measured): needs the optional extra `graphcost[xla]`.
+"""JAX programs as graphs, their config spaces, and their measurement on this machine:
+needs the optional extra `graphcost[xla]`.
 
 Importing this package does not import JAX; the functions that need it import it.
 """

@@ -1,4 +1,4 @@
-"""The optimized HLO of a JAX function as a TpuGraphs graph (DESIGN §7).
+"""The optimized HLO of a JAX function as a TpuGraphs graph (docs/design.md §7).
 
 `jax.jit(fn).lower(*args).compile()` gives the executable XLA built for this machine;
 its `HloModuleProto` (post-fusion, with layouts) goes through the very same

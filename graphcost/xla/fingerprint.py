@@ -1,7 +1,7 @@
 """Which configs compile to the same executable, so that they are timed once.
 
 Two configs are one executable when their optimized HLO is the same and so is every
-option that acts after HLO (DESIGN §7). The HLO text is deterministic once the
+option that acts after HLO (docs/design.md §7). The HLO text is deterministic once the
 `metadata={...}` attributes (op names: the named scopes we add to find configurable
 nodes), the tables of source files, functions and stack frames they point into, and
 the module name are removed. The bytes of a serialized

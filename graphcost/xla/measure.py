@@ -1,4 +1,4 @@
-"""Time compiled executables on this machine (the protocol of DESIGN §7).
+"""Time compiled executables on this machine (the protocol of docs/design.md §7).
 
 Pinned to one core, each executable is first called once (its outputs are checked
 against a reference executable), then timed in `rounds` independent rounds: every
