@@ -106,9 +106,7 @@ class RankerSettings:
     # a rule to learn a correction on top of (step 8): "fewest-changes" or "moved-bytes"
     # (layout), "config-only" (tile); "": none, the ranker learns from scratch
     prior: str = ""
-    # layout: also tell the join, per role, whether a config sets another order than
-    # the tensor's own in the graph, and the log size of that tensor (`layout_features`)
-    change_features: bool = False
+    change_features: bool = False  # layout: per role, changed order or not (`layout_features`)
     # what a checkpoint written before a setting existed was trained with
     BEFORE: ClassVar[dict[str, Any]] = {"tile_join": "late"}
 
