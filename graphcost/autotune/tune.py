@@ -60,7 +60,7 @@ from graphcost.autotune.search import SearchResult, search
 from graphcost.autotune.space import Config
 from graphcost.errors import UserError
 from graphcost.eval.metrics import kendall_tau, t_interval
-from graphcost.xla.measure import Protocol
+from graphcost.xla.measure import AUTOTUNING, Protocol
 
 SAMPLES = 48  # configs the model ranks by default (see the module docstring)
 #: the least measured gain over the default for which a config is chosen: on the bundled
@@ -187,7 +187,7 @@ def autotune(fn: Callable, args: Sequence[Any], model: Any, *, name: str | None 
                         f"got {confirm_rounds}")
     samples = samples or SAMPLES
     evaluations = evaluations or samples
-    protocol = protocol or Protocol()
+    protocol = protocol or AUTOTUNING
     protocol.check()  # before the search, not when the first measurement fails
     say = log or (lambda _msg: None)
     from graphcost.autotune.costmodel import CostModel, learn_while_measuring  # torch

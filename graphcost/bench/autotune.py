@@ -24,7 +24,7 @@ import numpy as np
 
 from graphcost.autotune.program import pinned
 from graphcost.autotune.tune import autotune
-from graphcost.xla.measure import Protocol
+from graphcost.xla.measure import AUTOTUNING, COLLECTING, Protocol
 from graphcost.xla.programs import FAMILIES, family_of, make_program
 
 TRAIN_FAMILIES = ("mlp", "cnn_nchw", "depthwise", "transformer")
@@ -65,7 +65,7 @@ def model_from_measurements(kind: str, families: Sequence[str], per_family: int 
     from graphcost.xla.prepare import measure_layout, measure_options
 
     say = log or (lambda _msg: None)
-    protocol = protocol or Protocol(warmup=2, runs=8)
+    protocol = protocol or COLLECTING
     graphs = []
     t0 = time.perf_counter()
     with pinned(core):
@@ -189,7 +189,7 @@ def bench_autotune(programs: Sequence[str], model: Any, model_info: dict[str, An
         "uncached_per_s": float(np.mean([r["uncached_per_s"] for r in done])) if done else None,
     }
     return {"model": model_info, "rows": rows, "summary": summary, "batches": batches,
-            "protocol": vars(protocol or Protocol()), "samples": samples,
+            "protocol": vars(protocol or AUTOTUNING), "samples": samples,
             "evaluations": evaluations, "core": core}
 
 

@@ -34,7 +34,7 @@ from graphcost.autotune.tune import ratio_interval
 from graphcost.bench.autotune import geomean_ci
 from graphcost.eval.metrics import kendall_tau, t_interval
 from graphcost.stats import expected_best_of_random
-from graphcost.xla.measure import Protocol
+from graphcost.xla.measure import AUTOTUNING, Protocol
 from graphcost.xla.programs import make_program
 
 STRATEGIES = ("model", "learn", "random")
@@ -145,7 +145,7 @@ def bench_pool(programs: Sequence[str], model: Any, model_info: dict[str, Any],
     say = log or (lambda _msg: None)
     m = as_model(model)
     kind = "layout" if m.kind == "layout" else "options"
-    protocol = protocol or Protocol()
+    protocol = protocol or AUTOTUNING
     rows = []
     for spec in programs:
         family, _, index = spec.rpartition(".")

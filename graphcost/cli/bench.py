@@ -8,7 +8,15 @@ from typing import Any
 import click
 
 from graphcost.atomic import write_json
-from graphcost.cli.options import CORE, autotune_options, comma_list, json_option, pin
+from graphcost.cli.options import (
+    CORE,
+    autotune_options,
+    comma_list,
+    json_option,
+    pin,
+    timing_options,
+)
+from graphcost.xla.measure import AUTOTUNING, COLLECTING
 
 
 @click.group()
@@ -165,8 +173,7 @@ def bench_autotune_cmd(model_path: str | None, data: str | None, kind: str, trai
 @click.option("--k", default=5, show_default=True, help="Measurements each strategy may spend.")
 @click.option("--batches", default=2, show_default=True,
               help="The learning strategy measures its K in this many batches.")
-@click.option("--runs", default=20, show_default=True, help="Timed calls per round.")
-@click.option("--warmup", default=3, show_default=True, help="Untimed calls first.")
+@timing_options(AUTOTUNING)
 @click.option("--rounds", default=2, show_default=True, help="Rounds timing the pool.")
 @click.option("--confirm-rounds", default=5, show_default=True,
               help="Fresh rounds re-timing each strategy's choice and the pool's best.")
@@ -225,10 +232,7 @@ def bench_pool_cmd(model_path: str | None, data: str | None, kind: str, train_fa
 @click.option("--evaluations", type=click.IntRange(min=1), default=None,
               help="model scores of the search strategy: more than --samples searches "
                    "beyond the sample (default: --samples)")
-@click.option("--runs", default=20, show_default=True, help="Timed calls per round.")
-@click.option("--warmup", default=3, show_default=True, help="Untimed calls first.")
-@click.option("--max-run-s", default=0.25, show_default=True,
-              help="A config whose single call is slower fails.")
+@timing_options(AUTOTUNING, max_run_s=True)
 @click.option("--confirm-rounds", type=click.IntRange(min=4), default=6, show_default=True,
               help="fresh rounds: the first 2 choose among the search's picks, the rest "
                    "give every figure")
@@ -369,9 +373,8 @@ def bench_gst_cmd(variants: str, data: str | None, nodes: int, graphs: int, num_
 @click.option("--kinds", default="layout:random,options", show_default=True)
 @click.option("--configs", default=16, show_default=True,
               help="Distinct executables per graph.")
-@click.option("--runs", default=10, show_default=True)
-@click.option("--warmup", default=2, show_default=True)
-@click.option("--rounds", default=2, show_default=True)
+@timing_options(COLLECTING)
+@click.option("--rounds", default=COLLECTING.rounds, show_default=True)
 @click.option("--repeats", default=1, show_default=True,
               help="Runs per mode, the modes alternating.")
 @click.option("--modes", default="off,on", show_default=True,
@@ -466,12 +469,9 @@ def bench_apply_cmd(programs: str, calls: int, rounds: int, core: int | None,
 @click.option("--families", default=None, help="comma-separated zoo families (default: all)")
 @click.option("--per-family", type=click.IntRange(min=1), default=2, show_default=True,
               help="the first N programs of each family")
-@click.option("--runs", default=10, show_default=True, help="Timed calls per round.")
-@click.option("--warmup", default=2, show_default=True, help="Untimed calls first.")
+@timing_options(COLLECTING, max_run_s=True)
 @click.option("--rounds", type=click.IntRange(min=2), default=6, show_default=True,
               help="fresh interleaved rounds; the speed-ups' intervals are over them")
-@click.option("--max-run-s", default=0.25, show_default=True,
-              help="A config whose single call is slower fails.")
 @click.option("--core", type=CORE, default=None,
               help="Pin to this core (default: the first one allowed).")
 @click.option("--candidates/--no-candidates", default=True, show_default=True,

@@ -11,7 +11,8 @@ from typing import Any
 
 import click
 
-from graphcost.cli.options import CORE, comma_list
+from graphcost.cli.options import CORE, comma_list, timing_options
+from graphcost.xla.measure import COLLECTING
 
 
 def program_kwargs(per_family: int, families: Sequence[str] = ()) -> dict[str, Any]:
@@ -41,22 +42,17 @@ def _protocol_options(f: Callable) -> Callable:
     f = click.option("--configs", "num_configs", default=16, show_default=True,
                      help="Distinct executables wanted per graph (the default config "
                           "included); configs are sampled until there are this many.")(f)
-    f = click.option("--runs", default=10, show_default=True,
-                     help="Timed calls per executable per round.")(f)
-    f = click.option("--warmup", default=2, show_default=True,
-                     help="Untimed calls per executable per round.")(f)
-    f = click.option("--rounds", default=2, show_default=True,
+    f = timing_options(COLLECTING, max_run_s=True)(f)
+    f = click.option("--rounds", default=COLLECTING.rounds, show_default=True,
                      help="Timing rounds, each in a fresh order with fresh inputs; τ between "
                           "two rounds is the noise ceiling.")(f)
-    f = click.option("--min-time-s", default=0.03, show_default=True,
+    f = click.option("--min-time-s", default=COLLECTING.min_time_s, show_default=True,
                      help="Fast executables get more calls (up to 10x --runs) until each "
                           "round times one for this long.")(f)
     f = click.option("--statistic", type=click.Choice(["min", "median"]), default="min",
                      show_default=True, help="A round's runtime from its calls.")(f)
     f = click.option("--flush-cache", is_flag=True,
                      help="Overwrite a buffer twice the last-level cache before each call.")(f)
-    f = click.option("--max-run-s", default=0.25, show_default=True,
-                     help="A config whose single run is slower fails.")(f)
     f = click.option("--seed", type=click.IntRange(min=0), default=0, show_default=True,
                      help="Seed of the config sampling and of the split assignment.")(f)
     return f

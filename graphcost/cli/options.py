@@ -7,6 +7,8 @@ from collections.abc import Callable
 
 import click
 
+from graphcost.xla.measure import AUTOTUNING, Protocol
+
 
 def comma_list(value: str | None) -> list[str]:
     """A comma-separated option value as its items: `'a, b,'` is ['a', 'b']."""
@@ -59,6 +61,25 @@ json_option = click.option("--json", "json_path", type=click.Path(dir_okay=False
                            help="also write the results as JSON here")
 
 
+def timing_options(preset: Protocol, max_run_s: bool = False) -> Callable:
+    """`--runs` and `--warmup` (and `--max-run-s`) defaulting to `preset`
+    (`xla.measure.COLLECTING` or `AUTOTUNING`): every command that times declares them
+    here, so each default has one home."""
+
+    def add(f: Callable) -> Callable:
+        f = click.option("--runs", type=click.IntRange(min=1), default=preset.runs,
+                         show_default=True, help="Timed calls per executable per round.")(f)
+        f = click.option("--warmup", type=click.IntRange(min=0), default=preset.warmup,
+                         show_default=True,
+                         help="Untimed calls per executable per round, first.")(f)
+        if max_run_s:
+            f = click.option("--max-run-s", default=preset.max_run_s, show_default=True,
+                             help="A config whose single call is slower fails.")(f)
+        return f
+
+    return add
+
+
 def autotune_options(f: Callable) -> Callable:
     """Search and measurement options shared by `autotune` and `bench autotune`."""
     f = click.option("--k", default=5, show_default=True,
@@ -69,8 +90,7 @@ def autotune_options(f: Callable) -> Callable:
     f = click.option("--evaluations", type=click.IntRange(min=1), default=None,
                      help="Model scores in all: more than --samples searches beyond the "
                           "sample (default: --samples, no search).")(f)
-    f = click.option("--runs", default=20, show_default=True, help="Timed rounds.")(f)
-    f = click.option("--warmup", default=3, show_default=True, help="Untimed rounds first.")(f)
+    f = timing_options(AUTOTUNING)(f)
     f = click.option("--core", type=CORE, default=None,
                      help="Pin to this core (default: the first one allowed).")(f)
     f = click.option("--no-pin", is_flag=True, help="Do not pin (timings drift more).")(f)

@@ -53,6 +53,14 @@ class Protocol:
                              f"got {self.statistic!r}")
 
 
+#: The defaults of the two ways graphcost times, each declared once here (the command
+#: options read them). Collecting times every sampled config of many programs, its noise
+#: ceiling measured by the rounds; autotuning times a few picks whose speed-ups it
+#: reports, so it spends more calls on each.
+COLLECTING = Protocol()
+AUTOTUNING = Protocol(warmup=3, runs=20)
+
+
 #: how a set of timed calls becomes one runtime. The minimum is the default: noise on a
 #: pinned core only adds time, and some executables' calls are bimodal (a slow mode
 #: that comes and goes with buffer placement), which moves the median between rounds.
