@@ -120,6 +120,9 @@ def test_training_without_a_train_split_is_refused(work, tmp_path):
     coll = work / "data" / "npz" / "tile" / "xla"
     refused(run("train", coll / "valid", "--out", tmp_path / "run"), "no train split",
             "it has valid")
+    # the autotuning benchmark trains by the same rule, not on whatever split there is
+    refused(run("bench", "autotune", "--data", coll / "valid", "--programs", "mlp.000"),
+            "no train split", "it has valid")
 
 
 def test_unwritable_outputs_are_refused_before_the_work_naming_the_users_path(

@@ -45,14 +45,13 @@ def _train(kind: str, train: list, valid: list | None, epochs: int, seed: int):
 def model_from_collection(data: str, epochs: int = 30, seed: int = 0) -> tuple[Any, dict]:
     """A small ranker trained on a collection's train split; the families it holds."""
     from graphcost.data.collection import open_collection
+    from graphcost.train.run import training_splits
 
     coll = open_collection(data)
-    split = "train" if "train" in coll.splits else next(iter(coll.splits))
-    train = list(coll.graphs(split))
-    valid = list(coll.graphs("valid")) if "valid" in coll.splits else None
+    train, valid = training_splits(coll)  # refused without a train split, as `train` is
     model = _train(coll.kind, train, valid, epochs, seed)
     seen = sorted({family_of(g.name) for g in train + (valid or [])})
-    return model, {"source": f"trained on {coll.name} ({data}): {len(train)} {split} graphs, "
+    return model, {"source": f"trained on {coll.name} ({data}): {len(train)} train graphs, "
                    f"{len(valid or [])} valid graphs for early stopping", "families_seen": seen,
                    "train_families": sorted({family_of(g.name) for g in train})}
 

@@ -11,6 +11,7 @@ from typing import Any
 
 from graphcost.data.collection import Collection, open_collection
 from graphcost.errors import CollectionError, UserError
+from graphcost.formats import Graph
 from graphcost.models.model import Model
 from graphcost.train.distributed import is_main_process
 from graphcost.train.loop import fit
@@ -20,6 +21,22 @@ from graphcost.train.settings import TrainSettings
 RUN_FILES = ("run.json", "metrics.jsonl", "best.pt", "last.pt", "model.pt")
 #: the lock file a run holds for its lifetime
 LOCK = ".lock"
+
+
+def training_splits(coll: Collection) -> tuple[list[Graph], list[Graph] | None]:
+    """The graphs a model trains on, the `train` split, and those it early-stops on,
+    `valid` (None without one). A collection without a readable train split is refused:
+    never train on another split, which may be held out."""
+    if "train" not in coll.splits:
+        raise CollectionError(f"collection {coll.name} at {coll.root} has no train split "
+                              f"(it has {', '.join(coll.splits)}); put the training files in "
+                              f"{coll.root / 'train'} (and validation files in "
+                              f"{coll.root / 'valid'})")
+    train = list(coll.graphs("train", lazy=True))  # bad files are skipped, with a warning
+    if not train:
+        raise CollectionError(f"no readable file in the train split of {coll.name} at "
+                              f"{coll.root}; the first problem: {coll.skipped[0]}")
+    return train, list(coll.graphs("valid", lazy=True)) if "valid" in coll.splits else None
 
 
 def train_model(data: str | Path | Collection, model: str = "ranker",
@@ -39,16 +56,7 @@ def train_model(data: str | Path | Collection, model: str = "ranker",
     """
     given = isinstance(data, Collection)
     coll = data if given else open_collection(data)
-    if "train" not in coll.splits:  # never train on another split, which may be held out
-        raise CollectionError(f"collection {coll.name} at {coll.root} has no train split "
-                              f"(it has {', '.join(coll.splits)}); put the training files in "
-                              f"{coll.root / 'train'} (and validation files in "
-                              f"{coll.root / 'valid'})")
-    train = list(coll.graphs("train", lazy=True))  # bad files are skipped, with a warning
-    if not train:
-        raise CollectionError(f"no readable file in the train split of {coll.name} at "
-                              f"{coll.root}; the first problem: {coll.skipped[0]}")
-    valid = list(coll.graphs("valid", lazy=True)) if "valid" in coll.splits else None
+    train, valid = training_splits(coll)
     m = Model(model, coll.kind, **(model_settings or {}))
     record: dict[str, Any] = {"data": str(Path(coll.root if given else data).resolve()),
                               "collection": coll.name, "model": model,
