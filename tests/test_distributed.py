@@ -183,7 +183,8 @@ def test_cli_nproc_relaunches_the_same_command_under_torchrun(tmp_path, monkeypa
 # 5 train graphs of 4 segments: rank 0 owns graphs 0, 2, 4 and rank 1 graphs 1, 3, so the
 # shards of a step are uneven and some steps leave a rank without a graph. Stale dropout
 # and dropout off: with them on the ranks would draw torch dropout masks differently.
-GST = dict(mode="gst", segment_size=40, epochs=2, steps_per_epoch=3, graphs_per_batch=3,
+GST_MODEL = {**MODEL, "segment_size": 40}
+GST = dict(mode="gst", epochs=2, steps_per_epoch=3, graphs_per_batch=3,
            configs_per_graph=8, head_finetune_epochs=1, stale_drop_p=0.0, seed=3,
            loss="hinge:1,listmle:0.5")
 
@@ -205,7 +206,7 @@ def _gst_rank_main(rank: int, world: int, ports: list[int], root: str) -> None:
     tr, va = gst_data()
     for fresh, port in zip((0, 1), ports, strict=True):
         os.environ["MASTER_PORT"] = str(port)
-        model = Model("ranker", "layout", **MODEL)
+        model = Model("ranker", "layout", **GST_MODEL)
         result = fit(model, tr, va, TrainSettings(**GST, gst_fresh_segments=fresh),
                      base / f"gst{fresh}" if rank == 0 else None)
         with open(base / f"gst{fresh}-rank{rank}.json", "w") as f:
@@ -230,7 +231,7 @@ def test_gst_in_two_processes_takes_the_steps_of_one(gst_run, tmp_path, fresh):
     root, out = gst_run
     torch.set_num_threads(1)
     tr, va = gst_data()
-    model = Model("ranker", "layout", **MODEL)
+    model = Model("ranker", "layout", **GST_MODEL)
     single = fit(model, tr, va, TrainSettings(**GST, gst_fresh_segments=fresh, progress=False),
                  tmp_path / "one")
     one = score_graph(model, va[0])
@@ -261,7 +262,7 @@ def test_gst_ranks_keep_only_their_own_graphs_in_the_table(gst_run, tmp_path):
     assert all((part >= 0).any() for part in np.split(written, np.cumsum(sizes)[:-1])
                if part.size)
     tr, va = gst_data()
-    fit(Model("ranker", "layout", **MODEL), tr, va,
+    fit(Model("ranker", "layout", **GST_MODEL), tr, va,
         TrainSettings(**GST, gst_fresh_segments=1, progress=False), tmp_path / "one")
     whole = json.loads((tmp_path / "one" / "gst_table" / "table.json").read_text())
     assert all(c * s > 0 for c, s in whole["shapes"])

@@ -11,7 +11,7 @@ from graphcost.data.synthetic import make_layout_graph, write_collection
 from graphcost.eval.metrics import kendall_tau
 from graphcost.models import Model, score_graph
 from graphcost.models.base import collate
-from graphcost.models.segments import segment_bounds, split_segments
+from graphcost.models.segments import GST_SEGMENT_SIZE, segment_bounds, split_segments
 from graphcost.train import TrainSettings, fit
 from graphcost.train.history import EmbeddingTable, fresh_weight, stale_sum
 from graphcost.train.memory import MemoryBudgetError, memory_budget_bytes
@@ -27,7 +27,7 @@ def layout_split(seed: int, count: int, prefix: str, nodes: int = 160):
 
 
 def gst_settings(**kw) -> TrainSettings:
-    base = dict(mode="gst", segment_size=40, epochs=2, steps_per_epoch=3, graphs_per_batch=2,
+    base = dict(mode="gst", epochs=2, steps_per_epoch=3, graphs_per_batch=2,
                 configs_per_graph=8, head_finetune_epochs=1, progress=False, seed=3)
     return TrainSettings(**{**base, **kw})
 
@@ -190,9 +190,10 @@ def test_gst_training_learns_and_the_head_phase_trains_only_the_head():
                                  layout_split(2, 6, "te"))
     s = gst_settings(epochs=6, steps_per_epoch=10, configs_per_graph=16, graphs_per_batch=4,
                      head_finetune_epochs=2, patience=100)
-    model = Model("ranker", "layout", hidden=32)  # held-out τ 0.48 (default width: 0.52, 2x time)
+    model = Model("ranker", "layout", hidden=32, segment_size=40)  # held-out τ 0.48 (default
+    # width: 0.52, 2x time)
     result = fit(model, train_graphs, valid, s)
-    assert model.settings.segment_size == 40  # prediction sums segments as training did
+    assert model.net.s.segment_size == 40  # prediction sums segments as training did
     assert [h["phase"] for h in result["history"]] == ["gst"] * 6 + ["head"] * 2
     assert result["before_head"] is not None
     tau = np.mean([kendall_tau(score_graph(model, g), g.target) for g in test])
@@ -205,14 +206,15 @@ def test_gst_training_learns_and_the_head_phase_trains_only_the_head():
 def test_resume_restores_the_table_and_matches_an_uninterrupted_run(tmp_path, fresh):
     train_graphs, valid = layout_split(0, 4, "tr"), layout_split(1, 1, "va")
     s = gst_settings(epochs=2, head_finetune_epochs=1, gst_fresh_segments=fresh)
-    whole = fit(Model("ranker", "layout", hidden=16), train_graphs, valid, s, tmp_path / "w")
-    killed = fit(Model("ranker", "layout", hidden=16), train_graphs, valid,
+    whole = fit(Model("ranker", "layout", hidden=16, segment_size=40), train_graphs, valid, s,
+                tmp_path / "w")
+    killed = fit(Model("ranker", "layout", hidden=16, segment_size=40), train_graphs, valid,
                  gst_settings(epochs=2, head_finetune_epochs=1, stop_after_epoch=2,
                               gst_fresh_segments=fresh), tmp_path / "k")
     assert killed["stopped"]
     ckpt = torch.load(tmp_path / "k" / "last.pt", weights_only=False)
     after_main = ckpt["best_state"]["state_dict"]  # the head phase starts from the best weights
-    resumed_model = Model("ranker", "layout", hidden=16)
+    resumed_model = Model("ranker", "layout", hidden=16, segment_size=40)
     resumed = fit(resumed_model, train_graphs, valid, s, tmp_path / "k", resume=True)
     for a, b in zip(whole["history"], resumed["history"], strict=True):
         assert a["phase"] == b["phase"]
@@ -240,8 +242,15 @@ def test_memory_budget_refuses_full_graph_training_and_suggests_gst():
     assert memory_budget_bytes("8G") == 8 << 30 and memory_budget_bytes("off") is None
     assert 0 < memory_budget_bytes("50%") < memory_budget_bytes("100%")
     # GST is not refused: its memory is one segment's
-    fit(Model("ranker", "layout", prune_hops=-1), graphs, None,
+    fit(Model("ranker", "layout", prune_hops=-1, segment_size=40), graphs, None,
           gst_settings(epochs=1, steps_per_epoch=1, head_finetune_epochs=0, memory_budget="1M"))
+
+
+def test_gst_gives_a_model_without_a_segment_size_the_default():
+    model = Model("ranker", "layout", hidden=8, opcode_dim=4)
+    fit(model, layout_split(0, 2, "t", nodes=60), None,
+        gst_settings(epochs=1, steps_per_epoch=1, head_finetune_epochs=0))
+    assert model.settings.segment_size == GST_SEGMENT_SIZE == model.net.s.segment_size
 
 
 def test_cli_trains_with_gst(tmp_path):

@@ -92,7 +92,8 @@ def test_config_only_prior_is_fitted_before_training_and_saved(tmp_path):
 
 def test_gst_training_runs_with_a_prior():
     train = layout_split(0, 2, "t", nodes=120)
-    m = Model("ranker", "layout", prior="fewest-changes", hidden=16, opcode_dim=8)
+    m = Model("ranker", "layout", prior="fewest-changes", hidden=16, opcode_dim=8,
+              segment_size=40)
     result = fit(m, train, None, gst_settings(epochs=1, head_finetune_epochs=0))
     assert all(np.isfinite(h["train_loss"]) for h in result["history"])
     assert m.net.prior.weight.item() != 1.0  # the rule's weight was trained

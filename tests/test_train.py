@@ -160,6 +160,6 @@ def test_optimiser_decays_weight_matrices_only():
 @pytest.mark.parametrize("mode", ["full", "gst"])
 def test_graphs_without_two_configs_to_rank_are_refused(mode):
     g = make_layout_graph(np.random.default_rng(0), num_nodes=40, num_configs=1, name="one")
-    s = TrainSettings(epochs=1, progress=False, mode=mode, segment_size=20)
+    s = TrainSettings(epochs=1, progress=False, mode=mode)
     with pytest.raises(ValueError, match="two or more distinct configs"):
         fit(Model("ranker", "layout"), [g], None, s)

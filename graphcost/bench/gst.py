@@ -110,10 +110,10 @@ def run_variant(name: str, spec: GstBenchSpec, seed: int) -> dict:
     train_graphs, valid, test = load_splits(spec)
     kw = parse_variant(name)
     epochs = (spec.gst_epochs or spec.epochs) if kw["mode"] == "gst" else spec.epochs
-    s = TrainSettings(epochs=epochs, configs_per_graph=spec.configs_per_graph,
-                      segment_size=spec.segment_size, seed=seed, progress=False,
-                      patience=max(10, epochs // 4), **kw)
-    model = Model("ranker", "layout")
+    s = TrainSettings(epochs=epochs, configs_per_graph=spec.configs_per_graph, seed=seed,
+                      progress=False, patience=max(10, epochs // 4), **kw)
+    model = Model("ranker", "layout",
+                  **({"segment_size": spec.segment_size} if kw["mode"] == "gst" else {}))
     t0 = time.perf_counter()
     result = fit(model, train_graphs, valid, s)
     seconds = time.perf_counter() - t0

@@ -71,12 +71,13 @@ def measure(path: str | Path, mode: str, configs: int = 32, steps: int = 3,
         torch.set_num_threads(threads)
     graph = read_graph(path, lazy=True)
     row = {"nodes": graph.num_nodes, "mode": mode, "configs_total": graph.num_configs}
-    model = Model("ranker", "layout", prune_hops=2 if mode == "pruned" else -1)
+    gst = mode.startswith("gst")
+    model = Model("ranker", "layout", prune_hops=2 if mode == "pruned" else -1,
+                  **({"segment_size": segment_size} if gst else {}))
     s = TrainSettings(epochs=2, steps_per_epoch=steps, graphs_per_batch=1,
                       configs_per_graph=configs, warmup_steps=1, progress=False, seed=seed,
-                      mode="gst" if mode.startswith("gst") else "full",
+                      mode="gst" if gst else "full",
                       gst_fresh_segments=0 if mode == "gst-exact" else 1,
-                      segment_size=segment_size,
                       head_finetune_epochs=0, gst_max_configs=configs,
                       memory_budget=memory_budget)
     t0 = time.perf_counter()

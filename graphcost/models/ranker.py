@@ -89,7 +89,7 @@ class RankerSettings:
     heads: int = 4  # attention heads; hidden must be a multiple
     ref_configs: int = 32  # reference set size at prediction (≈ configs per graph in training)
     ref_sets: int = 1  # reference sets at prediction; a score is the mean over them
-    segment_size: int = 0  # layout: encode in segments of ~this many nodes (GST); 0: whole graph
+    segment_size: int = 0  # layout: segments of ~this many nodes; 0: whole graph (GST: 1000)
     segment_halo: int = -1  # hops of context around a segment; −1: `layers` (exact node states)
     # separate weights for messages from users and from operands (DirectedSAGEConv). Off:
     # leave-family-out, 5 folds × 3 seeds, demo settings, paired over the same graphs,

@@ -103,7 +103,7 @@ def fit(model: Model, train_graphs: Sequence[Graph], valid_graphs: Sequence[Grap
     ckpt = load_checkpoint(last) if resuming else None
     ckpt = ctx.broadcast(ckpt)  # rank 0's last.pt restores every rank
     strategy = step_strategy(s)
-    strategy.configure(model, s)  # GST: the model's segment_size is the training one
+    strategy.configure(model, s)  # GST: the model encodes in segments from now on
     run_data = trained_on(train_graphs, valid_graphs, record)
     if ckpt is not None:
         check_resume(ckpt, Path(out_dir or ".") / "last.pt", model, s, run_data)

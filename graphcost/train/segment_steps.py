@@ -1,6 +1,7 @@
 """Graph Segment Training (GST, docs/design.md §6): the segment step strategies.
 
-A graph is cut into contiguous segments of ~`segment_size` nodes (`models/segments.py`)
+A graph is cut into contiguous segments of ~`segment_size` nodes, the model's setting
+(`GST_SEGMENT_SIZE` when the model has none; `models/segments.py`),
 and its embedding is the SUM of its segments' embeddings, so a step never holds more
 than one segment's activations:
 
@@ -42,7 +43,7 @@ from graphcost.formats import Graph
 from graphcost.models.base import GraphTensors, collate
 from graphcost.models.model import Model
 from graphcost.models.scorer import eval_mode
-from graphcost.models.segments import Segments, split_segments
+from graphcost.models.segments import GST_SEGMENT_SIZE, Segments, split_segments
 from graphcost.train import distributed
 from graphcost.train.history import EmbeddingTable, fresh_weight, stale_sum
 from graphcost.train.sampling import sample_configs, train_config_ids
@@ -121,7 +122,8 @@ class SegmentStep(Step):
             raise SettingsError(f"model '{model.name}' has no segment hooks; mode=gst supports "
                                 "the ranker (resgcn trains big graphs through its own "
                                 "back-propagation window, model setting keep_nodes)")
-        model.settings = dataclasses.replace(model.settings, segment_size=s.segment_size)
+        if model.settings.segment_size == 0:  # none set: segments of the default size
+            model.settings = dataclasses.replace(model.settings, segment_size=GST_SEGMENT_SIZE)
 
     def __init__(self, model: Model, net: nn.Module, graphs: Sequence[Graph], s: TrainSettings,
                  ctx: distributed.Context, out: Path | None):
@@ -134,8 +136,8 @@ class SegmentStep(Step):
             gt = model.prepare(g)
             ids, gt.runtime = train_config_ids(g, s.dedup, s.gst_max_configs, (s.seed, n))
             if ids.size >= 2:
-                self.items.append(GstItem(gt, ids, split_segments(gt, s.segment_size,
-                                                                  net.segment_halo)))
+                self.items.append(GstItem(gt, ids, split_segments(
+                    gt, model.settings.segment_size, net.segment_halo)))
         if not self.items:
             raise UserError(NOTHING_TO_RANK)
         with torch.no_grad():

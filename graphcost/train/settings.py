@@ -61,9 +61,9 @@ class TrainSettings:
     stop_after_epoch: int = 0  # > 0: stop after this epoch as if killed (to test resume)
     progress: bool = True  # progress bars and one line per epoch
     # 'full': back-propagate through whole graphs; 'gst': Graph Segment Training
-    # (graphcost.train.segment_steps), a graph encoded as the sum of its segments
+    # (graphcost.train.segment_steps), a graph encoded as the sum of its segments of the
+    # model's `segment_size` nodes
     mode: str = "full"
-    segment_size: int = 1000  # gst: nodes per segment
     # gst: segments back-propagated per graph and step; 0: all, one at a time (exact
     # gradient, ~4/3 of a full step's compute); k ≥ 1: k of them, the others taken from a
     # table of historical embeddings (k = 1 is the paper's GST: time per step constant in
@@ -112,7 +112,7 @@ TRAIN_RULES: dict[str, fields.Rule] = {
     "margin": fields.POSITIVE, "valid_configs": fields.AT_LEAST_2,
     "patience": fields.AT_LEAST_1, "device": fields.one_of("cpu", "cuda"),
     "chunk_size": fields.AT_LEAST_1, "stop_after_epoch": fields.NON_NEGATIVE,
-    "mode": fields.one_of(*MODES), "segment_size": fields.AT_LEAST_1,
+    "mode": fields.one_of(*MODES),
     "gst_fresh_segments": fields.NON_NEGATIVE, "stale_drop_p": fields.FRACTION,
     "head_finetune_epochs": fields.NON_NEGATIVE, "gst_max_configs": fields.off_or_at_least(2),
     "memory_budget": (_budget_ok, "a share like '75%', a size like '8G', or 'off'"),
