@@ -33,7 +33,8 @@ from graphcost.eval.report import (
     summary_rows,
     write_report,
 )
-from graphcost.models.model import Model, model_names
+from graphcost.models.model import Model
+from graphcost.models.registry import model_names
 from graphcost.models.scorer import score_graph
 from graphcost.train import TrainSettings, train_model
 from graphcost.train.settings import train_defaults

@@ -67,7 +67,7 @@ def test_demo_summary_of_the_stored_crossval_names_every_bundled_collection():
     from graphcost.data.collection import find_collections
     from graphcost.data.inspect import sample_root
     from graphcost.demo import crossval_summary
-    from graphcost.models.model import model_names
+    from graphcost.models.registry import model_names
 
     path = sample_root() / "crossval.json"
     stored = json.loads(path.read_text())

@@ -14,7 +14,7 @@ from graphcost.errors import UserError
 from graphcost.eval.metrics import evaluate_graphs, kendall_tau, opa
 from graphcost.eval.submission import read_submission
 from graphcost.models import ConfigScorer, Model
-from graphcost.models.model import load_checkpoint
+from graphcost.models.checkpoint import load_checkpoint
 from graphcost.train import TrainSettings, fit
 
 torch.set_num_threads(1)

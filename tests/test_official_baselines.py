@@ -9,8 +9,8 @@ from graphcost.data.synthetic import make_layout_graph, make_tile_graph
 from graphcost.models import Model
 from graphcost.models.base import collate
 from graphcost.models.losses import tf_listmle
-from graphcost.models.model import MODELS
 from graphcost.models.official_layers import ResGCNConv, SAGEConv, sym_propagate
+from graphcost.models.registry import MODELS
 from graphcost.train.sampling import extremes_and_middle
 from graphcost.train.settings import train_defaults
 

@@ -6,7 +6,7 @@ import torch
 
 from graphcost.formats import LayoutGraph
 from graphcost.models.base import role_nodes
-from graphcost.models.ranker import LAYOUT_VALUES, DirectedSAGEConv, layout_features
+from graphcost.models.ranker_layers import LAYOUT_VALUES, DirectedSAGEConv, layout_features
 
 
 def graph_with_operands() -> LayoutGraph:

@@ -19,7 +19,7 @@ from click.testing import CliRunner
 from graphcost.cli import main
 from graphcost.data.synthetic import write_collection
 from graphcost.formats import hlo_proto as pb
-from graphcost.models.model import load_checkpoint
+from graphcost.models.checkpoint import load_checkpoint
 from graphcost.train.run import claim_run_dir
 
 torch.set_num_threads(1)

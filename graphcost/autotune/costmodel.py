@@ -25,7 +25,8 @@ import torch
 from graphcost.autotune.program import Tunable
 from graphcost.autotune.space import Config
 from graphcost.errors import UserError
-from graphcost.models.model import Model, atomic_save, load_checkpoint, require_keys
+from graphcost.models.checkpoint import atomic_save, load_checkpoint, require_keys
+from graphcost.models.model import Model
 from graphcost.models.scorer import ConfigScorer
 from graphcost.train import TrainSettings, fit
 

@@ -2,7 +2,7 @@
 by side with the official TF code's results on the same data.
 
 Each (collection, model, seed) trains in a fresh spawned process with `graphcost train`'s
-defaults for that model (the official recipe, `models.model.MODELS`) and only the seed
+defaults for that model (the official recipe, `models.registry.MODELS`) and only the seed
 set, then scores every config of every test graph. Per test graph: Kendall τ (layout)
 or the tile score (tile); per run: seconds per epoch (the whole training run's wall
 time, data loading, validation and checkpoints included, over its epochs) and peak

@@ -14,7 +14,8 @@ import numpy as np
 import torch
 
 from graphcost.data.synthetic import make_layout_graph, make_tile_graph
-from graphcost.models.model import Model, model_names
+from graphcost.models.model import Model
+from graphcost.models.registry import model_names
 from graphcost.models.scorer import score_graph
 from graphcost.train import TrainSettings, fit
 

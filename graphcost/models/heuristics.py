@@ -25,11 +25,13 @@ from __future__ import annotations
 
 from collections.abc import Iterable
 from dataclasses import dataclass
+from typing import ClassVar
 
 import numpy as np
 import torch
 from torch import Tensor, nn
 
+from graphcost import fields
 from graphcost.errors import SettingsError, UserError
 from graphcost.models.base import Batch, GraphTensors, RankingNet, pool_own
 from graphcost.xla.configs import default_options, option_features
@@ -43,6 +45,7 @@ class RuleSettings:
 @dataclass
 class ConfigOnlySettings:
     ridge: float = 1e-3  # config-only: L2 penalty λ per config (features are standardised)
+    RULES: ClassVar[dict[str, fields.Rule]] = {"ridge": fields.NON_NEGATIVE}
 
 
 class Heuristic(RankingNet):

@@ -21,6 +21,15 @@ from torch import Tensor, nn
 from torch.nn import functional as F
 from torch_geometric.utils import scatter
 
+#: the official baselines' training recipe (tpu_graphs/baselines/*/train_args.py and
+#: train_lib.py), the training settings they default to: Adam at a constant 1e-3 with
+#: per-tensor gradient clipping, no weight decay (L2 is in the model), TF-Ranking's
+#: ListMLE, no config dedup, graphs with fewer configs than a step samples dropped,
+#: early stopping on validation OPA over freshly sampled configs each epoch. Each kind
+#: adds its own: `official_layout.OFFICIAL_LAYOUT`, `official_tile.OFFICIAL_TILE`.
+OFFICIAL = dict(optimizer="adam", lr=1e-3, clip="per_tensor", weight_decay=0.0, dedup=False,
+                min_configs=-1, select_on="opa", valid_resample=True)
+
 SLOPE = 0.2  # tf.nn.leaky_relu's default negative slope
 
 

@@ -3,13 +3,14 @@
 Spec: `tpu_graphs/baselines/layout/models.py` (github google-research-datasets/
 tpu_graphs). Its training recipe (ListMLE, Adam with per-tensor clipping, 16 configs,
 batch 8, 50 epochs, early stopping on validation OPA) is this model's default training
-settings (`models.model.MODELS`).
+settings (`models.registry.MODELS`).
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass
+from typing import ClassVar
 
 import numpy as np
 import scipy.sparse as sp
@@ -17,9 +18,11 @@ import torch
 from torch import Tensor, nn
 from torch.nn import functional as F
 
+from graphcost import fields
 from graphcost.models.base import Batch, GraphTensors, RankingNet, collate, pool_own
 from graphcost.models.fastpath import LayoutEngine, Rows
 from graphcost.models.official_layers import (
+    OFFICIAL,
     DenseStack,
     OpEmbedding,
     SymGCNConv,
@@ -39,6 +42,17 @@ class ResModelSettings:
     config_scale: float = 100.0  # config features are multiplied by this before joining
     keep_nodes: int = 5000  # training back-propagates through a window of this many nodes
     l2: float = 1e-4  # L2 on Dense kernels and on the opcode embedding's output
+    RULES: ClassVar[dict[str, fields.Rule]] = {
+        "hidden": fields.AT_LEAST_1, "opcode_dim": fields.AT_LEAST_1,
+        "layers": fields.AT_LEAST_1, "mlp_layers": fields.AT_LEAST_1,
+        "num_ops": fields.AT_LEAST_1, "config_scale": fields.POSITIVE,
+        "keep_nodes": fields.NON_NEGATIVE, "l2": fields.NON_NEGATIVE}
+
+
+#: ResModel's training recipe (the official layout baseline's)
+OFFICIAL_LAYOUT = dict(OFFICIAL, epochs=50, patience=25, graphs_per_batch=8,
+                       configs_per_graph=16, valid_configs=16, grad_clip=1e-2,
+                       fast_bias=1.0, temperature=1.0, last_batch="keep")
 
 
 class ResModel(RankingNet):

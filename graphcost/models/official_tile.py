@@ -5,7 +5,7 @@ and the MLP (`mlp`).
 Spec: `tpu_graphs/baselines/tiles/models.py` (github google-research-datasets/
 tpu_graphs). Their training recipe (ListMLE at temperature 10 plus 0.02·MSE, Adam with
 per-tensor clipping, 10 configs, batch 10, 100 epochs, early stopping on validation OPA)
-is their default training settings (`models.model.MODELS`).
+is their default training settings (`models.registry.MODELS`).
 
 Deviation, as in `official_layout.ResModel`: the embedding has `num_ops` = 121 rows
 (the whole vocabulary) instead of the data's largest opcode id + 1; scores are unchanged.
@@ -15,14 +15,17 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass
+from typing import ClassVar
 
 import numpy as np
 import torch
 from torch import Tensor, nn
 
+from graphcost import fields
 from graphcost.models.base import Batch, GraphTensors, RankingNet, collate, pool_own
 from graphcost.models.fastpath import STATE_BYTES, csr_tensor, propagate, state_configs
 from graphcost.models.official_layers import (
+    OFFICIAL,
     DenseStack,
     OpEmbedding,
     ResGCNConv,
@@ -45,6 +48,18 @@ class TileGNNSettings:
     # Dense layers of each GNN layer's MLP
     num_ops: int = 121  # opcode vocabulary: ids 0..120 (docs/design.md §3)
     l2: float = 1e-4  # L2 on Dense kernels and on the opcode embedding's output
+    RULES: ClassVar[dict[str, fields.Rule]] = {
+        "backbone": fields.one_of("sage", "resgcn"), "join": fields.one_of("early", "late"),
+        "hidden": fields.AT_LEAST_1, "opcode_dim": fields.AT_LEAST_1,
+        "layers": fields.AT_LEAST_1, "mlp_layers": fields.AT_LEAST_1,
+        "num_ops": fields.AT_LEAST_1, "l2": fields.NON_NEGATIVE}
+
+
+#: the official tile baselines' training recipe and loss ('ListMLELoss:1,MSE:0.02')
+OFFICIAL_TILE = dict(OFFICIAL, epochs=100, patience=20, graphs_per_batch=10,
+                     configs_per_graph=10, valid_configs=10, grad_clip=1e-3,
+                     fast_bias=0.0, temperature=10.0, last_batch="drop")
+TILE_LOSS = f"tf-listmle:{1 / 1.02!r},tf-mse:{0.02 / 1.02!r}"
 
 
 class _Official(RankingNet):
@@ -215,6 +230,10 @@ class TileMLPSettings:
     mlp_layers: int = 2  # hidden Dense layers before the output
     num_ops: int = 121  # opcode vocabulary: ids 0..120 (docs/design.md §3)
     l2: float = 1e-4  # L2 on Dense kernels and on the opcode embedding's output
+    RULES: ClassVar[dict[str, fields.Rule]] = {
+        "hidden": fields.AT_LEAST_1, "opcode_dim": fields.AT_LEAST_1,
+        "mlp_layers": fields.AT_LEAST_1, "num_ops": fields.AT_LEAST_1,
+        "l2": fields.NON_NEGATIVE}
 
 
 class TileMLP(_Official):

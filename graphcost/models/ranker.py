@@ -50,6 +50,7 @@ from torch import Tensor, nn
 from torch_geometric.nn import SAGEConv, global_max_pool
 from torch_geometric.nn import global_mean_pool as mean_pool
 
+from graphcost import fields
 from graphcost.models.base import (
     NUM_OPCODES,
     Batch,
@@ -69,8 +70,14 @@ from graphcost.models.fastpath import (
     row_codes,
     state_configs,
 )
-from graphcost.models.heuristics import Prior, changed_layouts
-from graphcost.models.ranker_layers import CrossConfigAttention, DirectedSAGEConv
+from graphcost.models.heuristics import PRIORS, Prior
+from graphcost.models.ranker_layers import (
+    CHANGE_FEATURES,
+    LAYOUT_FEATURES,
+    CrossConfigAttention,
+    DirectedSAGEConv,
+    layout_features,
+)
 from graphcost.models.segments import is_segmented, split_segments
 
 
@@ -109,6 +116,14 @@ class RankerSettings:
     change_features: bool = False  # layout: per role, changed order or not (`layout_features`)
     # what a checkpoint written before a setting existed was trained with
     BEFORE: ClassVar[dict[str, Any]] = {"tile_join": "late"}
+    RULES: ClassVar[dict[str, fields.Rule]] = {
+        "hidden": fields.AT_LEAST_1, "opcode_dim": fields.AT_LEAST_1,
+        "layers": fields.AT_LEAST_1, "dropout": fields.FRACTION,
+        "prune_hops": fields.AT_LEAST_MINUS_1, "attn_layers": fields.NON_NEGATIVE,
+        "heads": fields.AT_LEAST_1, "ref_configs": fields.AT_LEAST_1,
+        "ref_sets": fields.AT_LEAST_1, "segment_size": fields.NON_NEGATIVE,
+        "segment_halo": fields.AT_LEAST_MINUS_1, "tile_join": fields.one_of("early", "late"),
+        "prior": fields.one_of("", *PRIORS)}
 
 
 def reference_sets(num_configs: int, size: int, sets: int = 1) -> list[np.ndarray]:
@@ -118,37 +133,6 @@ def reference_sets(num_configs: int, size: int, sets: int = 1) -> list[np.ndarra
         return [np.arange(num_configs)]
     return [np.sort(np.random.default_rng(i).choice(num_configs, size, replace=False))
             for i in range(sets)]
-
-
-LAYOUT_VALUES = 7  # a minor-to-major entry is −1 (padding / compiler default) or a dim 0..5
-LAYOUT_FEATURES = 18 * LAYOUT_VALUES + 18
-CHANGE_FEATURES = 6  # `change_features`: per role, changed or not, and its log size
-
-
-def layout_features(config: Tensor, dims: Tensor, default: Tensor,
-                    nbytes: Tensor | None = None) -> Tensor:
-    """Per-node layout config features for the ranker.
-
-    config (C, K, 18) raw entries (output, input, kernel: 6 each), dims (K, 3, 6) log2
-    shape dims of each role's tensor and default (K, 3, 6) its layout in the graph →
-    (C, K, LAYOUT_FEATURES): the one-hot of each entry and log2(size) of the dimension
-    it names in its own role's tensor (the input's entries name the node's first
-    operand's dimensions, the kernel's its second's), where an entry of −1 (compiler
-    default) names the dimension of the graph's own layout at that position (0 past
-    the rank). With `nbytes` (K, 3), the bytes of each role's tensor, CHANGE_FEATURES
-    more follow: per role, whether the config sets it to another order than the
-    graph's own (a copy, `heuristics.changed_layouts`) and then log2(1 + KiB) of it.
-    """
-    v = config.round().long().clamp(-1, 5)
-    onehot = nn.functional.one_hot(v + 1, LAYOUT_VALUES).flatten(-2).to(dims.dtype)
-    v = v.unflatten(-1, (3, 6))  # (C, K, 3, 6)
-    eff = torch.where(v >= 0, v, default.unsqueeze(0))
-    size = torch.gather(dims.unsqueeze(0).expand(v.shape[0], -1, -1, -1), 3, eff.clamp(min=0))
-    parts = [onehot, (size * (eff >= 0)).flatten(-2)]
-    if nbytes is not None:
-        changed = changed_layouts(config, default).to(dims.dtype)  # (C, K, 3)
-        parts += [changed, changed * torch.log2(1 + nbytes / 1024).to(dims.dtype)]
-    return torch.cat(parts, dim=-1)
 
 
 def mean_adjacency(g: GraphTensors) -> sp.csr_matrix:

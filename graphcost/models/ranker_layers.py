@@ -1,5 +1,6 @@
-"""The layers the default ranker is composed of, besides PyG's `SAGEConv`: a GraphSAGE
-with a weight per edge direction, and the transformer block across a graph's configs."""
+"""What the default ranker is composed of, besides PyG's `SAGEConv`: its layout config
+features, a GraphSAGE with a weight per edge direction, and the transformer block
+across a graph's configs."""
 
 from __future__ import annotations
 
@@ -8,6 +9,37 @@ from torch import Tensor, nn
 from torch_geometric.nn import SAGEConv
 
 from graphcost.models.base import mlp
+from graphcost.models.heuristics import changed_layouts
+
+LAYOUT_VALUES = 7  # a minor-to-major entry is −1 (padding / compiler default) or a dim 0..5
+LAYOUT_FEATURES = 18 * LAYOUT_VALUES + 18
+CHANGE_FEATURES = 6  # `change_features`: per role, changed or not, and its log size
+
+
+def layout_features(config: Tensor, dims: Tensor, default: Tensor,
+                    nbytes: Tensor | None = None) -> Tensor:
+    """Per-node layout config features for the ranker.
+
+    config (C, K, 18) raw entries (output, input, kernel: 6 each), dims (K, 3, 6) log2
+    shape dims of each role's tensor and default (K, 3, 6) its layout in the graph →
+    (C, K, LAYOUT_FEATURES): the one-hot of each entry and log2(size) of the dimension
+    it names in its own role's tensor (the input's entries name the node's first
+    operand's dimensions, the kernel's its second's), where an entry of −1 (compiler
+    default) names the dimension of the graph's own layout at that position (0 past
+    the rank). With `nbytes` (K, 3), the bytes of each role's tensor, CHANGE_FEATURES
+    more follow: per role, whether the config sets it to another order than the
+    graph's own (a copy, `heuristics.changed_layouts`) and then log2(1 + KiB) of it.
+    """
+    v = config.round().long().clamp(-1, 5)
+    onehot = nn.functional.one_hot(v + 1, LAYOUT_VALUES).flatten(-2).to(dims.dtype)
+    v = v.unflatten(-1, (3, 6))  # (C, K, 3, 6)
+    eff = torch.where(v >= 0, v, default.unsqueeze(0))
+    size = torch.gather(dims.unsqueeze(0).expand(v.shape[0], -1, -1, -1), 3, eff.clamp(min=0))
+    parts = [onehot, (size * (eff >= 0)).flatten(-2)]
+    if nbytes is not None:
+        changed = changed_layouts(config, default).to(dims.dtype)  # (C, K, 3)
+        parts += [changed, changed * torch.log2(1 + nbytes / 1024).to(dims.dtype)]
+    return torch.cat(parts, dim=-1)
 
 
 class DirectedSAGEConv(nn.Module):

@@ -36,9 +36,11 @@ from graphcost.data.features import FeatureTransform
 from graphcost.errors import UserError
 from graphcost.formats import Graph
 from graphcost.models.base import GraphTensors
-from graphcost.models.model import Model, atomic_save, load_checkpoint
+from graphcost.models.checkpoint import atomic_save, load_checkpoint
+from graphcost.models.model import Model
 from graphcost.train import distributed
-from graphcost.train.checkpoint import (
+from graphcost.train.optim import optimiser
+from graphcost.train.resume import (
     BestSoFar,
     check_resume,
     rng_state,
@@ -46,7 +48,6 @@ from graphcost.train.checkpoint import (
     set_rng_state,
     trained_on,
 )
-from graphcost.train.optim import optimiser
 from graphcost.train.sampling import (
     epoch_order,
     extremes_and_middle,

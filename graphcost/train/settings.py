@@ -10,7 +10,8 @@ from typing import Any
 from graphcost import fields
 from graphcost.errors import SettingsError
 from graphcost.models.losses import parse_loss
-from graphcost.models.model import MODELS, check_device, model_setting_types
+from graphcost.models.model import check_device
+from graphcost.models.registry import MODELS, model_setting_types
 from graphcost.train.memory import memory_budget_bytes
 
 MODES = ("full", "gst")
@@ -174,7 +175,7 @@ def _refuse_conflict(key: str, first: tuple[str, Any] | None, second: str, value
 
 def train_defaults(model: str | None = None) -> TrainSettings:
     """The training settings a model trains with when none are given: the official
-    recipe for the official baselines (`models.model.MODELS`), graphcost's otherwise."""
+    recipe for the official baselines (`models.registry.MODELS`), graphcost's otherwise."""
     spec = MODELS.get(model or "")
     return fields.build(TrainSettings, spec.train if spec else {}, what="training setting")
 

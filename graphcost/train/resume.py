@@ -17,7 +17,8 @@ import torch
 
 from graphcost.errors import UserError
 from graphcost.formats import Graph
-from graphcost.models.model import Model, atomic_save, require_keys
+from graphcost.models.checkpoint import atomic_save, require_keys
+from graphcost.models.model import Model
 from graphcost.train.settings import TrainSettings
 
 #: what `fit` reads from `last.pt` to resume a run

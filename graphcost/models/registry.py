@@ -1,0 +1,95 @@
+"""Every model graphcost trains, by name: its network, settings, kinds, loss and the
+training recipe it defaults to. `graphcost train --model NAME` and `Model(NAME, kind)`
+look names up here."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+from graphcost import fields
+from graphcost.errors import SettingsError
+from graphcost.models.base import RankingNet
+from graphcost.models.heuristics import (
+    ChangedBytes,
+    ConfigOnly,
+    ConfigOnlySettings,
+    DefaultFirst,
+    FewestChanges,
+    MovedBytes,
+    RuleSettings,
+)
+from graphcost.models.official_layout import OFFICIAL_LAYOUT, ResModel, ResModelSettings
+from graphcost.models.official_tile import (
+    OFFICIAL_TILE,
+    TILE_LOSS,
+    TileGNN,
+    TileGNNSettings,
+    TileMLP,
+    TileMLPSettings,
+)
+from graphcost.models.ranker import Ranker, RankerSettings
+
+
+@dataclass(frozen=True)
+class ModelSpec:
+    net: type[RankingNet]
+    settings: type
+    kinds: tuple[str, ...]
+    loss: str  # default training loss
+    defaults: dict[str, Any] = field(default_factory=dict)  # model settings
+    train: dict[str, Any] = field(default_factory=dict)  # training settings it defaults to
+    features: str = "standard"  # FeatureTransform style
+
+
+def _official_tile(backbone: str, join: str) -> ModelSpec:
+    return ModelSpec(TileGNN, TileGNNSettings, ("tile",), TILE_LOSS,
+                     {"backbone": backbone, "join": join,
+                      "opcode_dim": 64 if backbone == "sage" else 32},
+                     OFFICIAL_TILE, "minmax")
+
+
+def _heuristic(net: type[RankingNet], kinds: tuple[str, ...], settings: type = RuleSettings,
+               features: str = "raw") -> ModelSpec:
+    """A heuristic baseline (`heuristics.py`): fitted in closed form, so no loss is used."""
+    return ModelSpec(net, settings, kinds, "hinge", features=features)
+
+
+MODELS: dict[str, ModelSpec] = {
+    "ranker": ModelSpec(Ranker, RankerSettings, ("tile", "layout"), "hinge"),
+    "resgcn": ModelSpec(ResModel, ResModelSettings, ("layout",), "tf-listmle", {},
+                        OFFICIAL_LAYOUT, "minmax"),
+    "sage-early": _official_tile("sage", "early"),
+    "sage-late": _official_tile("sage", "late"),
+    "resgcn-early": _official_tile("resgcn", "early"),
+    "resgcn-late": _official_tile("resgcn", "late"),
+    "mlp": ModelSpec(TileMLP, TileMLPSettings, ("tile",), TILE_LOSS, {}, OFFICIAL_TILE,
+                     "minmax"),
+    "fewest-changes": _heuristic(FewestChanges, ("layout",)),
+    "moved-bytes": _heuristic(MovedBytes, ("layout",)),
+    "changed-bytes": _heuristic(ChangedBytes, ("layout",)),
+    "default-first": _heuristic(DefaultFirst, ("layout", "tile")),
+    "config-only": _heuristic(ConfigOnly, ("tile",), ConfigOnlySettings, "standard"),
+}
+
+
+def model_setting_types(name: str | None = None) -> dict[str, str]:
+    """Setting name → type of model `name` (of every model when None), for `--set`."""
+    if name is not None and name not in MODELS:
+        raise SettingsError(f"unknown model '{name}'; known: {', '.join(MODELS)}")
+    out: dict[str, str] = {}
+    for n, spec in MODELS.items():
+        if name in (None, n):
+            out.update(fields.field_types(spec.settings))
+    return out
+
+
+def model_names(kind: str | None = None, learned: bool | None = None) -> list[str]:
+    """Registered model names, optionally only those for one kind of collection, and
+    only the learned ones (True) or only the heuristics (False)."""
+    return [n for n, s in MODELS.items() if (kind is None or kind in s.kinds)
+            and (learned is None or learned != s.net.closed_form)]
+
+
+def baselines(kind: str) -> list[str]:
+    return [n for n in model_names(kind) if n != "ranker"]
