@@ -25,7 +25,6 @@ from graphcost.data.inspect import sample_root
 from graphcost.data.noise import noise_ceiling as split_noise_ceiling
 from graphcost.errors import UserError
 from graphcost.eval.evaluate import evaluate_model
-from graphcost.eval.metrics import MeanCI
 from graphcost.eval.report import (
     RunResult,
     format_table,
@@ -36,6 +35,7 @@ from graphcost.eval.report import (
 from graphcost.models.model import Model
 from graphcost.models.registry import model_names
 from graphcost.models.scorer import score_graph
+from graphcost.stats import MeanCI
 from graphcost.train import TrainSettings, train_model
 from graphcost.train.settings import train_defaults
 
@@ -187,7 +187,7 @@ def paired_lines(results: list[RunResult]) -> str:
     """Per collection, the ranker's score minus each other model's, paired over the test
     graphs both scored (bootstrap 95% interval): the ranker against the official
     baseline and against the best heuristic, on the same graphs."""
-    from graphcost.eval.metrics import MeanCI, bootstrap_ci
+    from graphcost.stats import MeanCI, bootstrap_ci
 
     lines = ["Paired over the test graphs (score of the ranker − score of the other model, "
              "mean [95% interval]):"]

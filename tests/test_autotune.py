@@ -18,8 +18,8 @@ from graphcost.autotune.search import search
 from graphcost.autotune.space import OptionConfigs
 from graphcost.autotune.tune import MIN_GAIN, clearly_faster, headroom_note
 from graphcost.data.synthetic import make_layout_graph, make_tile_graph
-from graphcost.eval.metrics import kendall_tau
 from graphcost.models import ConfigScorer, Model
+from graphcost.stats import kendall_tau
 from graphcost.xla.configs import OPTION_KNOBS
 
 torch.set_num_threads(1)
@@ -225,7 +225,7 @@ def test_autotune_says_whether_the_program_has_headroom(chosen, speed, ci, says)
 def test_speedup_interval_is_a_t_interval_over_rounds_of_log_ratios():
     from scipy import stats
 
-    from graphcost.autotune.tune import ratio_interval
+    from graphcost.stats import ratio_interval
 
     slow, fast = [110.0, 120.0, 100.0, 130.0], [100.0, 100.0, 100.0, 100.0]
     d = np.log(np.array(slow) / 100.0)

@@ -188,8 +188,8 @@ def test_random_pick_score_is_the_mean_over_every_pick():
 def test_noise_ceiling_counts_each_executable_once(tmp_path):
     from graphcost.data.noise import file_noise_tau, noise_ceiling
     from graphcost.data.synthetic import make_layout_graph
-    from graphcost.eval.metrics import kendall_tau
     from graphcost.formats.npz import write_graph
+    from graphcost.stats import kendall_tau
 
     g = make_layout_graph(np.random.default_rng(0), 30, 6, name="g")
     rounds = np.array([[1, 1.1], [2, 1.9], [3, 3.2], [3, 3.2], [4, 3.9], [5, 2.5]]) * 1e6

@@ -15,8 +15,8 @@ from graphcost.data.collection import open_collection
 from graphcost.data.families import carve_families, family_folds, family_of
 from graphcost.data.synthetic import make_layout_graph, make_tile_graph
 from graphcost.eval.crossval import crossvalidate, plan_folds
-from graphcost.eval.metrics import bootstrap_ci
 from graphcost.formats import write_graph
+from graphcost.stats import bootstrap_ci
 from graphcost.train import TrainSettings
 
 torch.set_num_threads(1)

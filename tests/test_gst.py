@@ -8,10 +8,10 @@ from click.testing import CliRunner
 from graphcost.cli import main
 from graphcost.data.features import FeatureTransform
 from graphcost.data.synthetic import make_layout_graph, write_collection
-from graphcost.eval.metrics import kendall_tau
 from graphcost.models import Model, score_graph
 from graphcost.models.base import collate
 from graphcost.models.segments import GST_SEGMENT_SIZE, segment_bounds, split_segments
+from graphcost.stats import kendall_tau
 from graphcost.train import TrainSettings, fit
 from graphcost.train.history import EmbeddingTable, fresh_weight, stale_sum
 from graphcost.train.memory import MemoryBudgetError, memory_budget_bytes

@@ -3,15 +3,8 @@ import itertools
 import numpy as np
 import pytest
 
-from graphcost.eval.metrics import (
-    bootstrap_ci,
-    evaluate_graphs,
-    kendall_tau,
-    opa,
-    overall_score,
-    slowdown_at_k,
-    tile_score,
-)
+from graphcost.eval.metrics import evaluate_graphs, overall_score
+from graphcost.stats import bootstrap_ci, kendall_tau, opa, slowdown_at_k, tile_score
 
 
 def brute_opa(pred, runtime):

@@ -11,10 +11,11 @@ from graphcost.cli import main
 from graphcost.data.collection import open_collection
 from graphcost.data.synthetic import make_layout_graph, write_collection
 from graphcost.errors import UserError
-from graphcost.eval.metrics import evaluate_graphs, kendall_tau, opa
+from graphcost.eval.metrics import evaluate_graphs
 from graphcost.eval.submission import read_submission
 from graphcost.models import ConfigScorer, Model
 from graphcost.models.checkpoint import load_checkpoint
+from graphcost.stats import kendall_tau, opa
 from graphcost.train import TrainSettings, fit
 
 torch.set_num_threads(1)

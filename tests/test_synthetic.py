@@ -4,7 +4,7 @@ a random guess does not."""
 import numpy as np
 
 from graphcost.data.synthetic import layout_runtime, make_layout_graph, make_tile_graph
-from graphcost.eval.metrics import kendall_tau
+from graphcost.stats import kendall_tau
 
 
 def test_layout_signal_is_planted():

@@ -9,9 +9,9 @@ from click.testing import CliRunner
 from graphcost.cli import main
 from graphcost.data.simulator import make_simulated_layout_graph
 from graphcost.data.synthetic import make_layout_graph, write_collection
-from graphcost.eval.metrics import kendall_tau
 from graphcost.eval.submission import read_submission
 from graphcost.models import Model, score_graph
+from graphcost.stats import kendall_tau
 from graphcost.train import TrainSettings, fit
 from graphcost.train.optim import lr_factor
 from graphcost.train.sampling import sample_configs

@@ -59,7 +59,7 @@ from graphcost.autotune.program import Tunable, measure, prepare
 from graphcost.autotune.search import SearchResult, search
 from graphcost.autotune.space import Config
 from graphcost.errors import UserError
-from graphcost.eval.metrics import kendall_tau, t_interval
+from graphcost.stats import kendall_tau, ratio_interval
 from graphcost.xla.measure import AUTOTUNING, Protocol
 
 SAMPLES = 48  # configs the model ranks by default (see the module docstring)
@@ -285,15 +285,6 @@ def clearly_faster(default_rounds: Sequence[float], rounds: Sequence[float],
         return False
     noise = max(d.max() / d.min(), x.max() / x.min()) - 1
     return bool(d.min() / x.min() - 1 > max(min_gain, noise))
-
-
-def ratio_interval(slow: Sequence[float], fast: Sequence[float],
-                   level: float = 0.95) -> tuple[float, float, float]:
-    """slow/fast as the geometric mean of per-round ratios, with a t interval over the
-    rounds' log ratios (rounds pair up: both configs were timed in each)."""
-    d = np.log(np.asarray(slow, float)) - np.log(np.asarray(fast, float))
-    mean, lo, hi = t_interval(d, level)
-    return float(np.exp(mean)), float(np.exp(lo)), float(np.exp(hi))
 
 
 def _random_arm(t: Tunable, res: SearchResult, initial: Sequence[Config], k: int,

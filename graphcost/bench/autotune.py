@@ -24,6 +24,7 @@ import numpy as np
 
 from graphcost.autotune.program import pinned
 from graphcost.autotune.tune import autotune
+from graphcost.stats import geomean, geomean_ci
 from graphcost.xla.measure import AUTOTUNING, COLLECTING, Protocol
 from graphcost.xla.programs import FAMILIES, family_of, make_program
 
@@ -122,19 +123,6 @@ def programs_to_tune(model_info: dict[str, Any], per_family: int = 1,
         return list(programs)
     seen = [f for f in model_info["families_seen"] if f != UNKNOWN]
     return held_out_programs(seen, per_family, families or None)
-
-
-def geomean_ci(x: Sequence[float]) -> list[float]:
-    """Geometric mean of speed-ups with a 95% t interval over them (log scale)."""
-    from graphcost.autotune.tune import ratio_interval
-
-    return list(ratio_interval(x, np.ones(len(x)))) if len(x) else [float("nan")] * 3
-
-
-def geomean(x: Sequence[float]) -> float:
-    """Geometric mean of the finite positive values: speed-ups multiply."""
-    v = np.asarray([a for a in x if np.isfinite(a) and a > 0], dtype=np.float64)
-    return float(np.exp(np.log(v).mean())) if v.size else float("nan")
 
 
 def bench_autotune(programs: Sequence[str], model: Any, model_info: dict[str, Any], k: int = 5,

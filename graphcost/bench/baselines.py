@@ -39,7 +39,7 @@ OFFICIAL_NAMES = {"ResModel": "resgcn", "EarlyJoinSAGE": "sage-early",
 
 def graph_metric(kind: str, scores: np.ndarray, runtime: np.ndarray) -> float:
     """τ for layout, the tile score for tile: the collection's headline metric."""
-    from graphcost.eval.metrics import kendall_tau, tile_score
+    from graphcost.stats import kendall_tau, tile_score
 
     return tile_score(scores, runtime) if kind == "tile" else kendall_tau(scores, runtime)
 
@@ -129,7 +129,7 @@ def summarize(runs: list[dict]) -> dict:
     """Mean over graphs of the seed-averaged metric with its 95% interval; the seed
     means and their spread; mean seconds per epoch and peak MB. Runs whose training
     diverged (NaN scores) are left out and listed."""
-    from graphcost.eval.metrics import bootstrap_ci
+    from graphcost.stats import bootstrap_ci
 
     diverged = [r["seed"] for r in runs if r.get("diverged")]
     runs = [r for r in runs if not r.get("diverged")]
@@ -156,7 +156,7 @@ def compare(ours: dict, official: dict) -> dict:
     """graphcost − official: the paired difference over the same graphs (95% interval),
     and whether the gap between the two means is within the official code's own
     run-to-run spread (the range of its seed means), and inside that range."""
-    from graphcost.eval.metrics import bootstrap_ci
+    from graphcost.stats import bootstrap_ci
 
     assert ours["graphs"] == official["graphs"]
     d = bootstrap_ci(np.asarray(ours["per_graph"]) - np.asarray(official["per_graph"]))

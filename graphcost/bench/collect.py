@@ -25,7 +25,7 @@ from typing import Any
 import numpy as np
 
 from graphcost.errors import UserError
-from graphcost.eval.metrics import bootstrap_ci
+from graphcost.stats import bootstrap_ci
 from graphcost.xla.collect import collect, read_log
 from graphcost.xla.measure import Protocol
 from graphcost.xla.plan import CollectSpec

@@ -276,7 +276,7 @@ def confirm_row(row: dict[str, Any], g: Any, coll_kind: str, seed: int, distinct
     from the rounds after those: each strategy's confirmed speed-up over the default (the
     geometric mean over rounds, with its 95% interval for the model's choices)."""
     from graphcost.autotune.program import measure, prepare
-    from graphcost.autotune.tune import ratio_interval
+    from graphcost.stats import ratio_interval
     from graphcost.xla.programs import make_program
 
     family, _, index = row["program"].rpartition(".")

@@ -36,6 +36,7 @@ from pathlib import Path
 import numpy as np
 
 from graphcost.errors import UserError
+from graphcost.stats import paired_difference
 
 BASE = {"full": ("full", 1), "gst": ("gst", 1), "gst-exact": ("gst", 0)}
 
@@ -101,8 +102,8 @@ def run_variant(name: str, spec: GstBenchSpec, seed: int) -> dict:
     process)."""
     import torch
 
-    from graphcost.eval.metrics import kendall_tau
     from graphcost.models import Model, score_graph
+    from graphcost.stats import kendall_tau
     from graphcost.train import TrainSettings, fit
 
     if spec.threads:
@@ -131,7 +132,7 @@ def run_variant(name: str, spec: GstBenchSpec, seed: int) -> dict:
 def combine(name: str, runs: Sequence[dict]) -> dict:
     """One row per variant: each test graph's τ averaged over the seeds, so the interval
     (over graphs) is not widened by retraining noise, plus each seed's own mean τ."""
-    from graphcost.eval.metrics import bootstrap_ci
+    from graphcost.stats import bootstrap_ci
 
     taus = np.mean([r["taus"] for r in runs], axis=0)
     mean, lo, hi = bootstrap_ci(taus)
@@ -148,15 +149,6 @@ def _segments(model, graphs: Sequence, size: int) -> float:
     from graphcost.models.segments import split_segments
 
     return float(np.mean([len(split_segments(model.prepare(g), size)) for g in graphs]))
-
-
-def paired_difference(a: Sequence[float], b: Sequence[float], n_boot: int = 2000,
-                      seed: int = 0) -> tuple[float, float, float]:
-    """Mean of a − b over the same graphs with its bootstrap 95% interval."""
-    from graphcost.eval.metrics import bootstrap_ci
-
-    d = np.asarray(a, float) - np.asarray(b, float)
-    return bootstrap_ci(d, n_boot=n_boot, seed=seed)
 
 
 def bench_gst(variants: Sequence[str], spec: GstBenchSpec, jobs: int = 1,

@@ -14,7 +14,7 @@ from typing import Any
 
 import numpy as np
 
-from graphcost.bench.autotune import geomean_ci
+from graphcost.stats import geomean_ci
 
 STRATEGIES = ("pool", "model", "portfolio", "random", "default")
 HEADROOM = ((0.0, 1.05, "< 5%"), (1.05, 1.10, "5-10%"), (1.10, math.inf, ">= 10%"))

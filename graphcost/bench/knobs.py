@@ -60,7 +60,7 @@ def time_program(name: str, fn: Callable, args: Sequence[Any], knobs: Sequence[K
     compiled, then all timed together (pinned to `core` when given)."""
 
     from graphcost.autotune.program import pinned
-    from graphcost.autotune.tune import ratio_interval
+    from graphcost.stats import ratio_interval
     from graphcost.xla.measure import error_line, time_executables
     from graphcost.xla.prepare import input_maker, lower_flat
 
@@ -157,7 +157,7 @@ def _counts(entries: Sequence[dict[str, Any]]) -> dict[str, int]:
 def summarize_knobs(rows: Sequence[dict[str, Any]], knobs: Sequence[Knob]) -> dict[str, Any]:
     """Per family x knob value: the geometric-mean and the best program's speed-up; per
     knob value, counts over programs; per knob, a verdict."""
-    from graphcost.bench.autotune import geomean
+    from graphcost.stats import geomean
 
     timed = [r for r in rows if r["default"]["status"] == "ok"]
     labels = [choice_label(k, c) for k, c, _ in single_knob_configs(knobs)]

@@ -30,10 +30,13 @@ import numpy as np
 
 from graphcost.autotune.costmodel import CostModel, learn_while_measuring
 from graphcost.autotune.program import Tunable, measure, prepare
-from graphcost.autotune.tune import ratio_interval
-from graphcost.bench.autotune import geomean_ci
-from graphcost.eval.metrics import kendall_tau, t_interval
-from graphcost.stats import expected_best_of_random
+from graphcost.stats import (
+    expected_best_of_random,
+    geomean_ci,
+    kendall_tau,
+    ratio_interval,
+    t_interval,
+)
 from graphcost.xla.measure import AUTOTUNING, Protocol
 from graphcost.xla.programs import make_program
 

@@ -15,8 +15,8 @@ from pathlib import Path
 
 import numpy as np
 
-from graphcost.eval.metrics import bootstrap_ci, kendall_tau
 from graphcost.formats.npz import read_extra
+from graphcost.stats import bootstrap_ci, kendall_tau
 
 
 def rounds_tau(rounds: np.ndarray) -> float | None:

@@ -34,8 +34,9 @@ from graphcost.data.collection import Collection, open_collection
 from graphcost.data.families import carve_families, family_folds, family_of, family_sizes
 from graphcost.errors import UserError
 from graphcost.eval.evaluate import evaluate_model
-from graphcost.eval.metrics import MeanCI, bootstrap_ci, summarize
+from graphcost.eval.metrics import summarize
 from graphcost.models.model import Model
+from graphcost.stats import MeanCI, bootstrap_ci
 from graphcost.train.run import train_model
 from graphcost.train.settings import TrainSettings
 

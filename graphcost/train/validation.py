@@ -6,10 +6,10 @@ from collections.abc import Sequence
 
 import numpy as np
 
-from graphcost.eval.metrics import kendall_tau, opa, tile_score
 from graphcost.models.base import GraphTensors
 from graphcost.models.model import Model
 from graphcost.models.scorer import score_graph
+from graphcost.stats import kendall_tau, opa, tile_score
 from graphcost.train import distributed
 
 

@@ -320,7 +320,7 @@ def collection_figures(entries: list[dict[str, Any]]) -> dict[str, Any]:
     """The headline figures of one collection's logged graphs: counts, distinct
     executables, runtime spread, samples per core-minute and the noise ceiling (mean
     per-graph τ between two timing rounds, with a 95% bootstrap interval)."""
-    from graphcost.eval.metrics import bootstrap_ci
+    from graphcost.stats import bootstrap_ci
 
     ok = [e for e in entries if e["status"] == "ok"]
     if not ok:
