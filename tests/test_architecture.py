@@ -1,4 +1,5 @@
-"""The package's structure (docs/design.md §8): one direction of flow, small modules, one loop."""
+"""The package's structure (docs/design.md §8): one direction of flow between layers, small
+modules, one loop."""
 
 import ast
 from graphlib import CycleError, TopologicalSorter
@@ -52,6 +53,47 @@ def test_models_never_import_training_and_formats_never_import_data():
             assert not {t for t in targets if t.startswith("graphcost.train")}, m
         if m.startswith("graphcost.formats"):
             assert not {t for t in targets if t.startswith("graphcost.data")}, m
+
+
+#: the layers of the README's map, bottom first: a module imports its own layer and those
+#: below, never one above (`xla/` makes collections from programs; a model reads its
+#: option encoding from `xla.configs`, so `xla/` sits below `models/`)
+LAYERS = (
+    ("errors", "atomic", "fields", "stats", "graphcost"),
+    ("formats",),
+    ("data",),
+    ("xla",),
+    ("models",),
+    ("train",),
+    ("eval",),
+    ("autotune",),
+    ("bench", "demo"),
+    ("cli", "__main__"),
+)
+
+
+def layer_of(module: str) -> int:
+    part = module.split(".")[1] if "." in module else module
+    return next(i for i, layer in enumerate(LAYERS) if part in layer)
+
+
+def test_no_import_reaches_a_higher_layer():
+    upward = sorted(f"{m} -> {t}" for m, targets in imports(modules()).items()
+                    for t in targets if layer_of(t) > layer_of(m))
+    assert not upward, upward
+
+
+def test_every_module_belongs_to_a_layer():
+    placed = {part for layer in LAYERS for part in layer}
+    parts = {m.split(".")[1] if "." in m else m for m in modules()}
+    assert parts <= placed, sorted(parts - placed)
+
+
+def test_benchmarks_import_no_other_benchmark():
+    siblings = sorted(f"{m} -> {t}" for m, targets in imports(modules()).items()
+                      if m.startswith("graphcost.bench.")
+                      for t in targets if t.startswith("graphcost.bench."))
+    assert not siblings, siblings
 
 
 def test_no_module_over_500_lines():

@@ -14,6 +14,8 @@ import numpy as np
 import pytest
 from click.testing import CliRunner
 
+from graphcost.autotune.headroom import HEADROOM, STRATEGIES, figures, headroom_of, summarize_rows
+from graphcost.autotune.search import best_of, top_picks
 from graphcost.autotune.space import OptionConfigs
 from graphcost.autotune.tune import MIN_GAIN
 from graphcost.bench.families import (
@@ -23,8 +25,6 @@ from graphcost.bench.families import (
     program_row,
     stored_configs,
 )
-from graphcost.bench.headroom import HEADROOM, STRATEGIES, figures, headroom_of, summarize_rows
-from graphcost.bench.pool import best_of, top_picks
 from graphcost.cli import main
 from graphcost.data.collection import open_collection
 from graphcost.errors import UserError
@@ -722,7 +722,7 @@ def test_the_command_reuses_fold_results_made_with_the_settings_it_asks_for(benc
 
 
 def test_the_share_of_the_pool_is_left_out_where_the_pool_gains_under_5_percent():
-    from graphcost.bench.headroom import share_of_pool
+    from graphcost.autotune.headroom import share_of_pool
 
     pool = np.array([1.02, 1.03, 1.04])  # geometric mean below 1.05: the share is noise
     assert share_of_pool(np.array([1.01, 1.0, 1.03]), pool) is None

@@ -21,7 +21,7 @@ from graphcost.autotune.costmodel import (
     finetune_settings,
     learn_while_measuring,
 )
-from graphcost.bench.pool import best_of
+from graphcost.autotune.search import best_of
 from graphcost.errors import UserError
 from graphcost.stats import expected_best_of_random
 

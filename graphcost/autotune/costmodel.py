@@ -173,3 +173,20 @@ def learn_while_measuring(cm: CostModel, propose: Callable[[], Sequence[Config]]
         if batch < batches - 1:
             cm.update(picks, runtime)
     return out
+
+
+def learn_picks(cm: CostModel, pool: Sequence[Any], runtime: np.ndarray, k: int,
+                batches: int, default: int = 0) -> list[int]:
+    """Pool indices that learning while measuring measures, in order: K in `batches`
+    batches, `cm` told the default's runtime first and fine-tuned on each batch's
+    (`runtime`, NaN where a config failed) before it picks the next."""
+    key = cm.tunable.configs.key
+    index = {key(c): i for i, c in enumerate(pool)}
+    cm.update([pool[default]], runtime[[default]])  # the default: measured by every strategy
+
+    def propose() -> list[Any]:
+        return [pool[i] for i in np.argsort(cm.predict(pool), kind="stable")]
+
+    learned = learn_while_measuring(cm, propose, lambda cs: runtime[[index[key(c)] for c in cs]],
+                                    k, batches, measured=[pool[default]])
+    return [index[key(c)] for _, c, _ in learned]

@@ -125,3 +125,17 @@ def search(space: ConfigSpace, score: Callable[[np.ndarray], np.ndarray],
         idle = 0 if len(result.configs) > count else idle + 1
     result.total_s = time.perf_counter() - start
     return result
+
+
+def top_picks(scores: Sequence[float], default: int, k: int) -> list[int]:
+    """The K best-scored configs other than the default (ties: first in the pool)."""
+    order = np.argsort(np.asarray(scores, dtype=np.float64), kind="stable")
+    return [int(i) for i in order if i != default][:k]
+
+
+def best_of(picks: Sequence[int], runtime: np.ndarray, with_default: bool = True,
+            default: int = 0) -> int:
+    """The fastest measured pick (failed ones are NaN), or the default unless a pick is
+    faster (a tie keeps the default)."""
+    ids = ([default] if with_default else []) + [i for i in picks if np.isfinite(runtime[i])]
+    return min(ids, key=lambda i: (runtime[i], i != default, i)) if ids else default

@@ -1,0 +1,53 @@
+"""Every `graphcost bench` benchmark, one module each; the modules import none of each
+other. What several of them share, measuring a step of this very process, is here."""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable
+
+import psutil
+
+
+def _reset_peak() -> None:
+    """Reset the kernel's resident high-water mark (VmHWM) to the current resident set.
+
+    psutil has no peak figure on Linux and `resource.getrusage`'s ru_maxrss cannot be
+    reset, so the per-step peak needs /proc: writing 5 to clear_refs (Linux 4.0+).
+    """
+    try:
+        with open("/proc/self/clear_refs", "w") as f:
+            f.write("5")
+    except OSError:
+        pass
+
+
+def peak_bytes() -> int:
+    """VmHWM (since the process started, or the last `_reset_peak`), from /proc for the
+    same reason."""
+    with open("/proc/self/status") as f:
+        for line in f:
+            if line.startswith("VmHWM:"):
+                return int(line.split()[1]) * 1024
+    return 0
+
+
+def measure_call(fn: Callable[[], object]) -> tuple[float, float, float]:
+    """(seconds, peak resident MiB added, private MiB added and held by the result).
+
+    The peak counts file pages a memory map touched, which the kernel may map in
+    large runs and can drop at any time; the private figure is anonymous memory only.
+    """
+    proc = psutil.Process()
+    _reset_peak()
+    before = proc.memory_info()
+    t = time.perf_counter()
+    result = fn()
+    seconds = time.perf_counter() - t
+    after = proc.memory_info()
+    peak = max(0, peak_bytes() - before.rss) / 2**20
+    # On Linux psutil's `shared` is the file-backed (and shmem) part of `rss`, so the rest
+    # is anonymous memory (RssAnon); `uss` would also count the pages a memory map touched.
+    private = max(0, (after.rss - after.shared) - (before.rss - before.shared)) / 2**20
+    del result
+    return seconds, peak, private

@@ -60,7 +60,7 @@ def run_one(data: str, model: str, seed: int, threads: int) -> dict:
     and memory (run in a fresh process: its peak RSS is its own)."""
     import torch
 
-    from graphcost.bench.io import peak_bytes
+    from graphcost.bench import peak_bytes
     from graphcost.data.collection import open_collection
     from graphcost.models.scorer import score_graph
     from graphcost.train.run import train_model

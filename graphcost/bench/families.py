@@ -43,9 +43,9 @@ from typing import Any
 
 import numpy as np
 
+from graphcost.autotune.headroom import STRATEGIES, summarize_rows
+from graphcost.autotune.search import best_of, top_picks
 from graphcost.autotune.tune import SAMPLES, clearly_faster
-from graphcost.bench.headroom import STRATEGIES, summarize_rows
-from graphcost.bench.pool import best_of, learn_picks, top_picks
 from graphcost.data.collection import open_collection
 from graphcost.data.families import family_of
 from graphcost.errors import UserError
@@ -258,7 +258,7 @@ def learn_choice(t: Any, model: Any, configs: list[Any], runtime: np.ndarray, de
     `batches` batches, the model fine-tuned on each batch's stored runtimes (and the
     default's) before it picks the next; the fastest of them that is in `clear`
     (stored clearly faster than the default), or the default."""
-    from graphcost.autotune.costmodel import CostModel
+    from graphcost.autotune.costmodel import CostModel, learn_picks
 
     rt = np.where(np.isfinite(runtime), runtime, np.nan)
     picks = learn_picks(CostModel(model, t, configs), configs, rt, k, batches, default)

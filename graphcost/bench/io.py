@@ -15,55 +15,11 @@ from collections.abc import Callable
 from pathlib import Path
 
 import numpy as np
-import psutil
 
+from graphcost.bench import measure_call
 from graphcost.data.inspect import summarize, validate_paths
 from graphcost.data.synthetic import make_layout_graph
 from graphcost.formats import LayoutGraph, read_graph, write_graph
-
-
-def _reset_peak() -> None:
-    """Reset the kernel's resident high-water mark (VmHWM) to the current resident set.
-
-    psutil has no peak figure on Linux and `resource.getrusage`'s ru_maxrss cannot be
-    reset, so the per-step peak needs /proc: writing 5 to clear_refs (Linux 4.0+).
-    """
-    try:
-        with open("/proc/self/clear_refs", "w") as f:
-            f.write("5")
-    except OSError:
-        pass
-
-
-def peak_bytes() -> int:
-    """VmHWM (since the process started, or the last `_reset_peak`), from /proc for the
-    same reason."""
-    with open("/proc/self/status") as f:
-        for line in f:
-            if line.startswith("VmHWM:"):
-                return int(line.split()[1]) * 1024
-    return 0
-
-
-def measure(fn: Callable[[], object]) -> tuple[float, float, float]:
-    """(seconds, peak resident MiB added, private MiB added and held by the result).
-
-    The peak counts file pages a memory map touched, which the kernel may map in
-    large runs and can drop at any time; the private figure is anonymous memory only.
-    """
-    proc = psutil.Process()
-    _reset_peak()
-    before = proc.memory_info()
-    t = time.perf_counter()
-    result = fn()
-    seconds = time.perf_counter() - t
-    after = proc.memory_info()
-    peak = max(0, peak_bytes() - before.rss) / 2**20
-    # On Linux psutil's `shared` is the file-backed (and shmem) part of `rss`, so the rest
-    # is anonymous memory (RssAnon); `uss` would also count the pages a memory map touched.
-    private = max(0, (after.rss - after.shared) - (before.rss - before.shared)) / 2**20
-    del result
-    return seconds, peak, private
 
 
 def big_layout_graph(num_configs: int, num_configurable: int, seed: int = 0) -> LayoutGraph:
@@ -118,20 +74,20 @@ def _run(tmp: str, rows: list[dict], rng: np.random.Generator, num_configs: int,
     for name, path in paths.items():
         if name == "deflated":
             rows.append(_row(f"open {name} + read {reads} (first: builds cache)",
-                             [measure(lambda p=path: read_some(p))]))
+                             [measure_call(lambda p=path: read_some(p))]))
         rows.append(_row(f"open {name} + read {reads} configs",
-                         [measure(lambda p=path: read_some(p)) for _ in range(repeats)]))
+                         [measure_call(lambda p=path: read_some(p)) for _ in range(repeats)]))
     rows.append(_row("eager: load deflated file whole",
-                     [measure(lambda: read_graph(paths["deflated"], lazy=False))]))
+                     [measure_call(lambda: read_graph(paths["deflated"], lazy=False))]))
 
     scan = Path(tmp) / "npz" / "layout" / "bench" / "random" / "train"
     for i in range(scan_files):
         write_graph(scan / f"g{i:04d}.npz",
                     make_layout_graph(rng, num_nodes=300, num_configs=200, name=f"g{i}"))
     rows.append(_row(f"info: scan {scan_files} files (headers)",
-                     [measure(lambda: summarize(scan.parent))]))
+                     [measure_call(lambda: summarize(scan.parent))]))
     rows.append(_row(f"validate: {scan_files} files (full read)",
-                     [measure(lambda: validate_paths([scan]))]))
+                     [measure_call(lambda: validate_paths([scan]))]))
 
 
 def _row(step: str, runs: list[tuple[float, float, float]]) -> dict:

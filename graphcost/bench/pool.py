@@ -28,8 +28,9 @@ from typing import Any
 
 import numpy as np
 
-from graphcost.autotune.costmodel import CostModel, learn_while_measuring
+from graphcost.autotune.costmodel import CostModel, learn_picks
 from graphcost.autotune.program import Tunable, measure, prepare
+from graphcost.autotune.search import best_of, top_picks
 from graphcost.stats import (
     expected_best_of_random,
     geomean_ci,
@@ -43,29 +44,6 @@ from graphcost.xla.programs import make_program
 STRATEGIES = ("model", "learn", "random")
 
 
-def top_picks(scores: Sequence[float], default: int, k: int) -> list[int]:
-    """The K best-scored configs other than the default (ties: first in the pool)."""
-    order = np.argsort(np.asarray(scores, dtype=np.float64), kind="stable")
-    return [int(i) for i in order if i != default][:k]
-
-
-def learn_picks(cm: CostModel, pool: Sequence[Any], runtime: np.ndarray, k: int,
-                batches: int, default: int = 0) -> list[int]:
-    """Pool indices that learning while measuring measures, in order: K in `batches`
-    batches, `cm` told the default's runtime first and fine-tuned on each batch's
-    (`runtime`, NaN where a config failed) before it picks the next."""
-    key = cm.tunable.configs.key
-    index = {key(c): i for i, c in enumerate(pool)}
-    cm.update([pool[default]], runtime[[default]])  # the default: measured by every strategy
-
-    def propose() -> list[Any]:
-        return [pool[i] for i in np.argsort(cm.predict(pool), kind="stable")]
-
-    learned = learn_while_measuring(cm, propose, lambda cs: runtime[[index[key(c)] for c in cs]],
-                                    k, batches, measured=[pool[default]])
-    return [index[key(c)] for _, c, _ in learned]
-
-
 def pool_picks(cm: CostModel, pool: Sequence[Any], scores: np.ndarray, runtime: np.ndarray,
                k: int, batches: int, rng: np.random.Generator) -> dict[str, list[int]]:
     """Pool indices (0 = the default, never picked) each strategy measures, in order;
@@ -75,14 +53,6 @@ def pool_picks(cm: CostModel, pool: Sequence[Any], scores: np.ndarray, runtime: 
             "learn": learn_picks(cm, pool, runtime, k, batches),
             "random": [int(i) for i in rng.choice(others, min(k, len(others)),
                                                   replace=False)]}
-
-
-def best_of(picks: Sequence[int], runtime: np.ndarray, with_default: bool = True,
-            default: int = 0) -> int:
-    """The fastest measured pick (failed ones are NaN), or the default unless a pick is
-    faster (a tie keeps the default)."""
-    ids = ([default] if with_default else []) + [i for i in picks if np.isfinite(runtime[i])]
-    return min(ids, key=lambda i: (runtime[i], i != default, i)) if ids else default
 
 
 def pool_program(t: Tunable, model: Any, pool_size: int, k: int, batches: int,

@@ -432,7 +432,7 @@ def duration(seconds: float) -> str:
 def _child() -> None:
     """`python -m graphcost.bench.replica PEAK_FILE ARGS…`: `graphcost ARGS…`, writing
     this process's VmHWM to PEAK_FILE at exit (clean or not, short of SIGKILL)."""
-    from graphcost.bench.io import peak_bytes
+    from graphcost.bench import peak_bytes
 
     peak_file = sys.argv[1]
     atexit.register(lambda: Path(peak_file).write_text(str(peak_bytes())))

@@ -62,7 +62,7 @@ def measure(path: str | Path, mode: str, configs: int = 32, steps: int = 3,
     fork and exec (a spawned worker of a 1 GB parent reported 1 GB whatever it did)."""
     import torch
 
-    from graphcost.bench.io import peak_bytes
+    from graphcost.bench import peak_bytes
     from graphcost.formats import read_graph
     from graphcost.models.model import Model
     from graphcost.train import MemoryBudgetError, TrainSettings, fit

@@ -98,7 +98,7 @@ def compare_paths(net, gt, configs: torch.Tensor, repeats: int) -> dict:
     configs/s of the call and seconds of the setup (median rounds), the ratio of the
     calls, peak MiB either added, and the largest score difference relative to the
     scores' scale (at least 1)."""
-    from graphcost.bench.io import measure
+    from graphcost.bench import measure_call
 
     seconds = {(f, part): [] for f in (True, False) for part in ("setup", "call")}
     peak = {True: 0.0, False: 0.0}
@@ -107,10 +107,11 @@ def compare_paths(net, gt, configs: torch.Tensor, repeats: int) -> dict:
 
     for r in range(repeats):
         for fast in ((True, False) if r % 2 else (False, True)):
-            s, p, _ = measure(lambda f=fast: scorer.__setitem__(f, net.config_scorer(gt, fast=f)))
+            s, p, _ = measure_call(
+                lambda f=fast: scorer.__setitem__(f, net.config_scorer(gt, fast=f)))
             seconds[fast, "setup"].append(s)
             peak[fast] = max(peak[fast], p)
-            s, p, _ = measure(lambda f=fast: scores.__setitem__(f, scorer[f](configs)))
+            s, p, _ = measure_call(lambda f=fast: scores.__setitem__(f, scorer[f](configs)))
             seconds[fast, "call"].append(s)
             peak[fast] = max(peak[fast], p)
             del scorer[fast]

@@ -257,8 +257,8 @@ def bench_families_cmd(data: str, out_dir: str, model_name: str, seeds: str, fol
     given = {"epochs": epochs} if epochs is not None else {}
     settings, model_kw = parse_settings(sets, model_name, {"progress": False}, **given)
     core = pin(core, no_pin=not confirm)
+    from graphcost.autotune.headroom import format_families
     from graphcost.bench.families import bench_families
-    from graphcost.bench.headroom import format_families
     from graphcost.xla.measure import Protocol
 
     result = bench_families(data, out_dir, model_name, seed_list, k, folds, settings, model_kw,
