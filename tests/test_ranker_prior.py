@@ -28,11 +28,20 @@ def built(kind: str, graphs: list, **settings) -> Model:
 @pytest.mark.parametrize("prior, rule", [
     ("fewest-changes", [0, 1, 1, 2, 1]),  # layouts moved
     ("moved-bytes", [0, 16 / MIB, 16384 / MIB, 16400 / MIB, 16 / MIB]),  # MiB moved
+    ("changed-bytes", [0, 16 / MIB, 16384 / MIB, 16400 / MIB, 16 / MIB]),  # every move changes
 ])
 def test_a_ranker_with_a_prior_starts_from_the_rule(prior, rule):
     g = layout_graph(LAYOUTS)
     m = built("layout", [g], prior=prior)
     np.testing.assert_allclose(score_graph(m, g), np.log1p(rule), rtol=1e-6)
+
+
+def test_a_layout_ranker_learns_on_top_of_changed_bytes_unless_told_otherwise():
+    assert Model("ranker", "layout").settings.prior == "changed-bytes"
+    assert Model("ranker", "tile").settings.prior == ""
+    assert Model("ranker", "layout", prior="").settings.prior == ""
+    r = CliRunner().invoke(main, ["train", "--help"])
+    assert "[layout: 'changed-bytes']" in r.output, r.output
 
 
 def test_every_scoring_path_adds_the_same_weighted_rule():

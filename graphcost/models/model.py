@@ -41,7 +41,7 @@ class Model:
             raise SettingsError(f"model '{name}' is for {'/'.join(spec.kinds)} "
                                 f"collections, not {kind}")
         self.name, self.kind, self.spec = name, kind, spec
-        base = settings if settings is not None else spec.settings(**spec.defaults)
+        base = settings if settings is not None else spec.default_settings(kind)
         self.settings = fields.build(spec.settings, overrides, base, what=f"{name} setting")
         fields.check(self.settings, getattr(spec.settings, "RULES", {}))
         heads = getattr(self.settings, "heads", 1)

@@ -40,6 +40,12 @@ class ModelSpec:
     defaults: dict[str, Any] = field(default_factory=dict)  # model settings
     train: dict[str, Any] = field(default_factory=dict)  # training settings it defaults to
     features: str = "standard"  # FeatureTransform style
+    # model settings whose default depends on the kind of collection: kind → settings
+    kind_defaults: dict[str, dict[str, Any]] = field(default_factory=dict)
+
+    def default_settings(self, kind: str) -> Any:
+        """The settings a model of this name and kind starts from."""
+        return self.settings(**{**self.defaults, **self.kind_defaults.get(kind, {})})
 
 
 def _official_tile(backbone: str, join: str) -> ModelSpec:
@@ -56,7 +62,10 @@ def _heuristic(net: type[RankingNet], kinds: tuple[str, ...], settings: type = R
 
 
 MODELS: dict[str, ModelSpec] = {
-    "ranker": ModelSpec(Ranker, RankerSettings, ("tile", "layout"), "hinge"),
+    # a layout ranker learns on top of changed-bytes: leave-family-out and on the external
+    # programs it ranked better than from scratch (docs/results.md)
+    "ranker": ModelSpec(Ranker, RankerSettings, ("tile", "layout"), "hinge",
+                        kind_defaults={"layout": {"prior": "changed-bytes"}}),
     "resgcn": ModelSpec(ResModel, ResModelSettings, ("layout",), "tf-listmle", {},
                         OFFICIAL_LAYOUT, "minmax"),
     "sage-early": _official_tile("sage", "early"),

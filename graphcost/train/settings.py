@@ -187,6 +187,9 @@ def settings_help() -> dict[str, list[tuple[str, str]]]:
     recipes: dict[str, list[str]] = {}  # models that share a training recipe, listed once
     for name, spec in MODELS.items():
         rows = fields.describe(spec.settings(**spec.defaults))
+        for kind, values in spec.kind_defaults.items():  # e.g. prior='' [layout: 'changed-bytes']
+            rows = [(key, f"{doc} [{kind}: {values[k]!r}]" if (k := key.split("=")[0]) in values
+                     else doc) for key, doc in rows]
         if rows:  # a training-free heuristic has none
             sections[f"Model settings of {name}"] = rows
         if spec.train:
