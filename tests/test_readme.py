@@ -1,5 +1,7 @@
-"""Every `graphcost` command in the README names a real command with real options, and
-the README opens with the two commands that CI and a new user run."""
+"""Every `graphcost` command in the README and the docs/ pages names a real command with
+real options, every relative link among them leads to a file, the README stays a
+five-minute front door that opens with the two commands that CI and a new user run, and
+every docs/ page is reachable from it."""
 
 import re
 import shlex
@@ -10,13 +12,19 @@ import pytest
 
 from graphcost.cli import main
 
-README = Path(__file__).parents[1] / "README.md"
+ROOT = Path(__file__).parents[1]
+README = ROOT / "README.md"
+DOCS = sorted((ROOT / "docs").glob("*.md"))
+PAGES = [README, *DOCS]
+#: the page whose ```python blocks are the Python API examples
+API_PAGE = ROOT / "docs" / "api.md"
+#: a markdown link or image: [text](target), the target without spaces
+LINK = re.compile(r"\[[^\]]*\]\(([^)\s]+)\)")
 
 
-def readme_commands() -> list[list[str]]:
-    text = README.read_text()
+def page_commands(page: Path) -> list[list[str]]:
     commands = []
-    for block in re.findall(r"```bash\n(.*?)```", text, flags=re.S):
+    for block in re.findall(r"```bash\n(.*?)```", page.read_text(), flags=re.S):
         for line in block.replace("\\\n", " ").splitlines():
             line = line.split("  #")[0].strip()
             if line.startswith("graphcost "):
@@ -24,11 +32,25 @@ def readme_commands() -> list[list[str]]:
     return commands
 
 
+def relative_links(page: Path) -> list[str]:
+    """The link targets of a page that name a file, without their #anchor."""
+    targets = []
+    for target in LINK.findall(page.read_text()):
+        if re.match(r"[a-z][a-z0-9+.-]*:", target) or target.startswith("#"):
+            continue  # http(s), mailto and other schemes; an anchor in the page itself
+        targets.append(target.split("#")[0])
+    return targets
+
+
 def _resolve(args: list[str]) -> tuple[click.Command, list[str]]:
     cmd: click.Command = main
     while isinstance(cmd, click.Group) and args and args[0] in cmd.commands:
         cmd, args = cmd.commands[args[0]], args[1:]
     return cmd, args
+
+
+def _name(page: Path) -> str:
+    return str(page.relative_to(ROOT))
 
 
 def test_readme_opens_with_the_two_make_commands():
@@ -39,32 +61,54 @@ def test_readme_opens_with_the_two_make_commands():
     assert "make test" in ci
 
 
-def test_every_readme_command_exists_with_its_options():
-    commands = readme_commands()
-    assert len(commands) >= 15
-    for args in commands:
+def test_readme_reads_in_five_minutes():
+    assert len(README.read_text().splitlines()) <= 150
+
+
+def test_the_pages_hold_the_commands_they_always_held():
+    assert len(page_commands(README)) >= 10
+    assert sum(len(page_commands(p)) for p in PAGES) >= 70
+
+
+@pytest.mark.parametrize("page", PAGES, ids=_name)
+def test_every_readme_command_exists_with_its_options(page):
+    for args in page_commands(page):
         cmd, rest = _resolve(args)
-        assert not isinstance(cmd, click.Group), f"not a command: graphcost {' '.join(args)}"
+        assert not isinstance(cmd, click.Group), \
+            f"{_name(page)}: not a command: graphcost {' '.join(args)}"
         declared = {o for p in cmd.params for o in getattr(p, "opts", [])}
         used = {a.split("=")[0] for a in rest if a.startswith("-")}
-        assert used <= declared, f"graphcost {' '.join(args)}: unknown {used - declared}"
+        assert used <= declared, \
+            f"{_name(page)}: graphcost {' '.join(args)}: unknown {used - declared}"
+
+
+@pytest.mark.parametrize("page", PAGES, ids=_name)
+def test_every_relative_link_leads_to_a_file(page):
+    missing = [t for t in relative_links(page) if not (page.parent / t).exists()]
+    assert not missing, f"{_name(page)} links to what does not exist: {missing}"
+
+
+def test_every_docs_page_is_linked_from_the_readme():
+    linked = {(README.parent / t).resolve() for t in relative_links(README)}
+    orphans = [_name(p) for p in DOCS if p.resolve() not in linked]
+    assert DOCS and not orphans, f"docs pages the README does not link to: {orphans}"
 
 
 def test_python_api_examples_run_in_order(tmp_path, monkeypatch):
-    """The README's Python blocks (train, evaluate, predict, autotune) run as written, one
+    """docs/api.md's Python blocks (train, evaluate, predict, autotune) run as written, one
     after another in one namespace, from a folder where `graphcost/sample` is the bundled
     data."""
     pytest.importorskip("jax", reason="the autotune example needs the xla extra")
-    blocks = re.findall(r"```python\n(.*?)```", README.read_text(), flags=re.S)
+    blocks = re.findall(r"```python\n(.*?)```", API_PAGE.read_text(), flags=re.S)
     assert len(blocks) == 4
     (tmp_path / "graphcost").mkdir()
-    (tmp_path / "graphcost" / "sample").symlink_to(README.parent / "graphcost" / "sample")
+    (tmp_path / "graphcost" / "sample").symlink_to(ROOT / "graphcost" / "sample")
     monkeypatch.chdir(tmp_path)
     for block in blocks:
         assert len(block.strip().splitlines()) <= 10
     names: dict = {}
     for block in blocks:
-        exec(compile(block, "README.md", "exec"), names)
+        exec(compile(block, _name(API_PAGE), "exec"), names)
     assert (tmp_path / "runs" / "py" / "model.pt").exists()
     assert names["report"]["split"] == "test" and names["report"]["graphs"]
     assert sorted(names["order"]) == list(range(names["graph"].num_configs))

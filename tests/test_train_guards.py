@@ -200,7 +200,7 @@ def test_train_help_and_readme_say_what_out_overwrite_and_the_lock_do():
     r = run("train", "--help")
     assert r.exit_code == 0
     assert "--overwrite" in r.output and "held by one run at a time" in r.output
-    readme = (Path(__file__).parents[1] / "README.md").read_text()
+    readme = (Path(__file__).parents[1] / "docs" / "training.md").read_text()
     assert "--overwrite" in readme and "another process holds" in readme
 
 
