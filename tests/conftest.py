@@ -66,9 +66,9 @@ def tiny_model():
 
     from graphcost.models import Model
     from graphcost.train import TrainSettings, fit
-    from graphcost.xla.measure import Protocol
     from graphcost.xla.prepare import measure_layout
     from graphcost.xla.programs import make_program
+    from graphcost.xla.timing import Protocol
 
     graphs = []
     for i in range(2):

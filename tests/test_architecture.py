@@ -55,11 +55,11 @@ def test_models_never_import_training_and_formats_never_import_data():
             assert not {t for t in targets if t.startswith("graphcost.data")}, m
 
 
-#: the layers of the README's map, bottom first: a module imports its own layer and those
-#: below, never one above (`xla/` makes collections from programs; a model reads its
-#: option encoding from `xla.configs`, so `xla/` sits below `models/`)
+#: the layers of the map in docs/architecture.md, bottom first: a module imports its own
+#: layer and those below, never one above (`xla/` makes collections from programs; a
+#: model reads its option encoding from `xla.configs`, so `xla/` sits below `models/`)
 LAYERS = (
-    ("errors", "atomic", "fields", "stats", "graphcost"),
+    ("errors", "atomic", "fields", "stats", "kinds", "graphcost"),
     ("formats",),
     ("data",),
     ("xla",),

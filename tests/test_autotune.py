@@ -15,7 +15,7 @@ import torch
 from click.testing import CliRunner
 
 from graphcost.autotune.search import search
-from graphcost.autotune.space import OptionConfigs
+from graphcost.autotune.space import OptionSearchSpace
 from graphcost.autotune.tune import MIN_GAIN, clearly_faster, headroom_note
 from graphcost.data.synthetic import make_layout_graph, make_tile_graph
 from graphcost.models import ConfigScorer, Model
@@ -53,7 +53,7 @@ def test_scorer_matches_predict_with_and_without_cache(name, kind):
 # ------------------------------------------------------------------ search
 
 
-def _linear_score(space: OptionConfigs, seed: int):
+def _linear_score(space: OptionSearchSpace, seed: int):
     w = np.random.default_rng(seed).standard_normal(24)
 
     def score(feats: np.ndarray) -> np.ndarray:
@@ -65,7 +65,7 @@ def _linear_score(space: OptionConfigs, seed: int):
 
 @pytest.mark.parametrize("seed", [0, 1, 2, 3])
 def test_search_is_never_worse_than_the_best_sampled(seed):
-    space = OptionConfigs()
+    space = OptionSearchSpace()
     rng = np.random.default_rng(seed)
     score = _linear_score(space, seed)
     initial = space.sample(64, rng)
@@ -83,7 +83,7 @@ def test_search_is_never_worse_than_the_best_sampled(seed):
 
 
 def test_search_small_space_is_exhaustive():
-    space = OptionConfigs(OPTION_KNOBS[:4])  # 2 * 2 * 2 * 4 = 32 configs
+    space = OptionSearchSpace(OPTION_KNOBS[:4])  # 2 * 2 * 2 * 4 = 32 configs
     w = np.random.default_rng(3).standard_normal(24)
     res = search(space, lambda f: f @ w, space.sample(8, np.random.default_rng(0)),
                  np.random.default_rng(0), evaluations=100)
@@ -99,8 +99,8 @@ def test_autotune_end_to_end_report_is_consistent(tiny_model, tmp_path):
 
     import graphcost
     from graphcost.autotune import apply, load_config, save_config
-    from graphcost.xla.measure import Protocol, outputs_agree
     from graphcost.xla.programs import make_program
+    from graphcost.xla.timing import Protocol, outputs_agree
 
     name, fn, args = make_program("mlp", 5)
     k = 3
@@ -162,8 +162,8 @@ def test_autotune_end_to_end_report_is_consistent(tiny_model, tmp_path):
 def test_autotune_learning_while_measuring_spends_k_in_batches(tiny_model):
     import graphcost
     from graphcost.autotune.costmodel import batch_sizes
-    from graphcost.xla.measure import Protocol
     from graphcost.xla.programs import make_program
+    from graphcost.xla.timing import Protocol
 
     name, fn, args = make_program("mlp", 5)
     k = 4

@@ -16,7 +16,7 @@ from click.testing import CliRunner
 
 from graphcost.autotune.headroom import HEADROOM, STRATEGIES, figures, headroom_of, summarize_rows
 from graphcost.autotune.search import best_of, top_picks
-from graphcost.autotune.space import OptionConfigs
+from graphcost.autotune.space import OptionSearchSpace
 from graphcost.autotune.tune import MIN_GAIN
 from graphcost.bench.families import (
     confirm_set,
@@ -313,7 +313,7 @@ def test_program_row_choices_and_stored_speedups():
 @pytest.mark.parametrize("seed", range(4))
 def test_program_row_agrees_with_brute_force_on_random_pools(seed):
     rng = np.random.default_rng(seed)
-    cfgs = OptionConfigs().enumerate()
+    cfgs = OptionSearchSpace().enumerate()
     n = 9
     opts = [cfgs[i] for i in rng.choice(len(cfgs), n, replace=False)]
     d = int(rng.integers(n))
@@ -457,7 +457,7 @@ def test_confirmed_rows_are_summarized_and_bucketed_by_confirmed_speeds():
 
 
 def fake_tunable() -> SimpleNamespace:
-    return SimpleNamespace(name="fam.000", configs=OptionConfigs())
+    return SimpleNamespace(name="fam.000", configs=OptionSearchSpace())
 
 
 def test_stored_configs_reads_option_codes_back_into_choices():
@@ -470,7 +470,7 @@ def test_stored_configs_reads_option_codes_back_into_choices():
 
 
 def test_stored_configs_round_trips_every_option_config():
-    every = OptionConfigs().enumerate()
+    every = OptionSearchSpace().enumerate()
     g = tile(every, np.ones(len(every)))
     assert stored_configs(fake_tunable(), g, "options:cpu", 0, 24) == every
 

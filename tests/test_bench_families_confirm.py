@@ -22,6 +22,7 @@ from graphcost.bench.families import confirm_set, default_index, stored_configs 
 from graphcost.cli import main  # noqa: E402
 from graphcost.data.collection import open_collection  # noqa: E402
 from graphcost.formats.npz import read_graph  # noqa: E402
+from graphcost.kinds import space_of  # noqa: E402
 from graphcost.xla.configs import option_features  # noqa: E402
 from graphcost.xla.programs import make_program  # noqa: E402
 
@@ -297,7 +298,7 @@ def test_stored_configs_map_every_stored_row_back_to_its_config(collection, kind
         g = read_graph(path)
         family, _, index = g.name.rpartition(".")
         name, fn, args = make_program(family, int(index))
-        t = prepare(name, fn, args, "options" if kind == "options" else "layout")
+        t = prepare(name, fn, args, space_of(kind))
         configs = stored_configs(t, g, coll.name, spec["seed"], spec["num_configs"])
         assert len(configs) == g.num_configs, name
         d = default_index(g)

@@ -17,14 +17,15 @@ pytest.importorskip("jax")
 from graphcost.data.collection import find_collections  # noqa: E402
 from graphcost.data.inspect import validate_paths  # noqa: E402
 from graphcost.formats.npz import read_extra  # noqa: E402
-from graphcost.xla.collect import collect, read_log  # noqa: E402
-from graphcost.xla.measure import Protocol  # noqa: E402
+from graphcost.xla.collect import collect  # noqa: E402
 from graphcost.xla.plan import (  # noqa: E402
     CollectSpec,
     assign_splits,
     collection_name,
     plan_tasks,
 )
+from graphcost.xla.restart_log import read_log  # noqa: E402
+from graphcost.xla.timing import Protocol  # noqa: E402
 
 FAST = Protocol(warmup=1, runs=3, max_run_s=30)  # no timeout on a busy machine
 TINY = {"per_family": 1, "families": ["mlp", "reduction"]}

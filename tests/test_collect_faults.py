@@ -223,7 +223,7 @@ def test_killing_collect_alone_ends_its_workers_and_keeps_what_is_finished(tmp_p
     """Signal only the parent while one graph is written and both workers are busy (each
     on a program that blocks): no worker outlives it, the finished graph stays written
     and logged, and the graphs in progress are not logged, so a rerun does them."""
-    from graphcost.xla.collect import read_log
+    from graphcost.xla.restart_log import read_log
 
     out, output = tmp_path / "out", tmp_path / "output.txt"
     path = os.pathsep.join(p for p in (str(HERE), os.environ.get("PYTHONPATH")) if p)

@@ -33,8 +33,8 @@ def measured_pool():
     """mlp.003 (outside tiny_model's training programs), 10 sampled configs measured."""
     pytest.importorskip("jax", reason="measuring needs JAX, the extra graphcost[xla]")
     from graphcost.autotune.program import measure, prepare
-    from graphcost.xla.measure import Protocol
     from graphcost.xla.programs import make_program
+    from graphcost.xla.timing import Protocol
 
     name, fn, args = make_program("mlp", 3)
     t = prepare(name, fn, args, "layout")

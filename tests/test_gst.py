@@ -226,8 +226,8 @@ def test_resume_restores_the_table_and_matches_an_uninterrupted_run(tmp_path, fr
     uninterrupted = torch.load(tmp_path / "w" / "last.pt", weights_only=False)["model"]
     for n, w in uninterrupted["state_dict"].items():  # the same weights at the end
         torch.testing.assert_close(final[n], w, rtol=0, atol=1e-6, msg=n)
-    # the head phase changed the head and nothing else
-    head = {n for n in final if n.startswith(("attn.", "head."))}
+    # the head phase changed the head (and the rule's weight) and nothing else
+    head = {n for n in final if n.startswith(("attn.", "head.", "prior."))}
     assert head
     for n in set(final) - head:
         torch.testing.assert_close(final[n], after_main[n], msg=f"{n} changed in the head phase")

@@ -8,7 +8,7 @@ jnp = jax.numpy
 
 from graphcost.formats.hlo import OPCODE_IDS, hlo_bytes_to_graph  # noqa: E402
 from graphcost.xla.configs import LayoutSpace, locate_points, sample_layout_plans  # noqa: E402
-from graphcost.xla.measure import outputs_agree  # noqa: E402
+from graphcost.xla.timing import outputs_agree  # noqa: E402
 
 
 def mixed(x, w):

@@ -19,17 +19,17 @@ from graphcost.xla.configs import (  # noqa: E402
     sample_option_configs,
 )
 from graphcost.xla.fingerprint import fingerprint  # noqa: E402
-from graphcost.xla.measure import (  # noqa: E402
-    Protocol,
-    outputs_agree,
-    time_configs,
-)
 from graphcost.xla.prepare import (  # noqa: E402
     Prepared,
     measure_layout,
     measure_options,
     prepare_options,
     time_prepared,
+)
+from graphcost.xla.timing import (  # noqa: E402
+    Protocol,
+    outputs_agree,
+    time_configs,
 )
 
 FAST = Protocol(warmup=1, runs=3, max_run_s=30)  # no timeout on a busy machine

@@ -17,9 +17,9 @@ def graphs(kind: str, count: int = 3, seed: int = 0, **kw):
     return [make(rng, name=f"{kind}{i}", **{**defaults, **kw}) for i in range(count)]
 
 
-def built(name: str, kind: str, gs) -> Model:
+def built(name: str, kind: str, gs, **settings) -> Model:
     torch.manual_seed(0)
-    m = Model(name, kind)
+    m = Model(name, kind, **settings)
     m.build(m.fit_transform(gs))
     m.net.eval()
     return m
@@ -70,7 +70,7 @@ def test_ranker_prediction_does_not_depend_on_chunks(kind):
 
 def test_cross_config_attention_makes_configs_interact_in_training():
     g = graphs("layout", count=1)[0]
-    m = built("ranker", "layout", [g])
+    m = built("ranker", "layout", [g], prior="")  # a prior's head starts at zero: no signal
     gt = m.prepare(g)
     with torch.no_grad():
         a = m.net(collate([(gt, np.array([0, 1, 2, 3]))]))[0, 0]

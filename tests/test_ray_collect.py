@@ -21,8 +21,7 @@ from graphcost.data.inspect import validate_paths  # noqa: E402
 from graphcost.errors import UserError  # noqa: E402
 from graphcost.formats import read_graph  # noqa: E402
 from graphcost.formats.npz import read_extra  # noqa: E402
-from graphcost.xla.collect import collect, read_log  # noqa: E402
-from graphcost.xla.measure import Protocol  # noqa: E402
+from graphcost.xla.collect import collect  # noqa: E402
 from graphcost.xla.plan import CollectSpec  # noqa: E402
 from graphcost.xla.ray_pool import (  # noqa: E402
     Slot,
@@ -31,6 +30,8 @@ from graphcost.xla.ray_pool import (  # noqa: E402
     node_resources,
     timing_slots,
 )
+from graphcost.xla.restart_log import read_log  # noqa: E402
+from graphcost.xla.timing import Protocol  # noqa: E402
 
 FAST = Protocol(warmup=1, runs=3, max_run_s=30)  # no timeout on a busy machine
 TINY = {"per_family": 1, "families": ["mlp", "reduction"]}

@@ -13,18 +13,18 @@ from graphcost.data.inspect import validate_paths
 from graphcost.data.synthetic import make_layout_graph, make_tile_graph
 from graphcost.formats.npz import write_graph
 from graphcost.xla import collect as collect_mod
-from graphcost.xla.collect import read_log
 from graphcost.xla.plan import CollectSpec, Task, assign_shards, parse_shard, shard_tasks
+from graphcost.xla.restart_log import pending_tasks, read_log
 from graphcost.xla.shard import MergeError, check_shards, merge
 
-KINDS = ["layout:random", "options"]
+MEASURED_KINDS = ["layout:random", "options"]
 
 
 def planned(programs: int = 9) -> list[Task]:
     """A plan like `plan_tasks` makes: programs x kinds, families kept within one split."""
     splits = ["train", "valid", "test"]
     return [Task(kind, "zoo", f"fam{i % 5}.{i:03d}", splits[i % 5 % 3])
-            for i in range(programs) for kind in KINDS]
+            for i in range(programs) for kind in MEASURED_KINDS]
 
 
 def test_parse_shard():
@@ -49,7 +49,7 @@ def test_every_graph_is_in_exactly_one_shard(n):
     assert assign_shards(tasks[::-1], n) == assign_shards(tasks, n)
 
 
-def _fake_run_pool(todo, worker_fn, spec_d, on_done, on_crash, *rest, **kwargs):
+def _fake_run_workers(todo, worker_fn, spec_d, on_done, on_crash, *rest, **kwargs):
     """Stands in for the measuring workers: writes a synthetic graph per task."""
     for i, task in enumerate(todo):
         rng = np.random.default_rng(i)
@@ -68,11 +68,11 @@ def shards(tmp_path, monkeypatch):
     pytest.importorskip("jax", reason="manifests record the JAX version: graphcost[xla]")
     tasks = planned()
     monkeypatch.setattr(collect_mod, "plan_tasks", lambda spec: list(tasks))
-    monkeypatch.setattr(collect_mod, "run_pool", _fake_run_pool)
+    monkeypatch.setattr(collect_mod, "run_workers", _fake_run_workers)
     folders = []
     for i in range(2):
         folder = tmp_path / f"shard{i}"
-        r = CliRunner().invoke(main, ["collect", str(folder), "--kinds", ",".join(KINDS),
+        r = CliRunner().invoke(main, ["collect", str(folder), "--kinds", ",".join(MEASURED_KINDS),
                                       "--shard", f"{i}/2", "--configs", "6"])
         assert r.exit_code == 0, r.output
         folders.append(folder)
@@ -98,8 +98,8 @@ def test_sharded_collect_measures_only_its_part_and_merges(shards, tmp_path):
     assert sum(m["splits"].values()) == len(tasks) // 2
     assert [s["shard"] for s in m["shards"]] == ["0/2", "1/2"] and m["spec"]["shard"] == ""
     # the merged folder is an ordinary collection: an unsharded collect finds it complete
-    spec = CollectSpec(out=str(out), kinds=KINDS)
-    assert collect_mod.pending_tasks(spec, tasks) == []
+    spec = CollectSpec(out=str(out), kinds=MEASURED_KINDS)
+    assert pending_tasks(spec, tasks) == []
     with pytest.raises(ValueError, match="already holds"):
         merge(out, folders)
 

@@ -150,7 +150,7 @@ def test_optimiser_decays_weight_matrices_only():
     assert "opcode.weight" in kept and "norms.0.weight" in kept
     owner = lambda n: net.get_submodule(n.rpartition(".")[0])  # noqa: E731
     assert all(n.endswith("bias") or isinstance(owner(n), torch.nn.Embedding | torch.nn.LayerNorm)
-               for n in kept)
+               or n == "prior.weight" for n in kept)  # the rule's scalar weight (`prior`)
     assert "head.0.weight" in kept  # the head's LayerNorm
     assert all(net.get_parameter(n).ndim == 2 for n in decayed)
     head_only = param_groups(net, net.head_parameters(), 0.1)

@@ -19,10 +19,10 @@ from typing import Any
 from graphcost.autotune.chosen import apply, how_to_apply, load_config, save_config
 from graphcost.autotune.program import load_target
 from graphcost.autotune.search import SearchResult, search
-from graphcost.autotune.space import LayoutConfigs, OptionConfigs
+from graphcost.autotune.space import LayoutSearchSpace, OptionSearchSpace
 from graphcost.autotune.tune import AutotuneResult, Measured, autotune, format_result
 
-__all__ = ["AutotuneResult", "LayoutConfigs", "Measured", "OptionConfigs", "SearchResult",
+__all__ = ["AutotuneResult", "LayoutSearchSpace", "Measured", "OptionSearchSpace", "SearchResult",
            "apply", "autotune", "format_result", "how_to_apply", "load_config", "load_target",
            "save_config", "search"]
 

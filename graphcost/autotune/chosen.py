@@ -102,7 +102,7 @@ def agrees_with_jit(fn: Callable, args: Sequence[Any], run: Callable) -> bool:
     within their dtypes' precision: a config may change speed, never results."""
     import jax
 
-    from graphcost.xla.measure import outputs_agree
+    from graphcost.xla.timing import outputs_agree
 
     got = jax.tree.leaves(jax.block_until_ready(run(*args)))
     want = jax.tree.leaves(jax.jit(fn)(*args))

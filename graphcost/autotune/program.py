@@ -17,11 +17,11 @@ from typing import Any
 import numpy as np
 
 from graphcost.autotune.chosen import CONFIG_FORMAT, signature
-from graphcost.autotune.space import Config, ConfigSpace, LayoutConfigs, OptionConfigs
+from graphcost.autotune.space import Config, LayoutSearchSpace, OptionSearchSpace, SearchSpace
 from graphcost.errors import UserError
 from graphcost.formats.npz import LayoutGraph, TileGraph
 from graphcost.xla.configs import LayoutPlan, LayoutSpace, compiler_options
-from graphcost.xla.measure import Protocol, time_configs
+from graphcost.xla.timing import Protocol, time_configs
 
 
 def load_target(spec: str) -> tuple[str, Callable, tuple]:
@@ -47,7 +47,7 @@ class Tunable:
 
     name: str
     layout: LayoutSpace
-    configs: ConfigSpace
+    configs: SearchSpace
     hlo: Any  # formats.hlo.HloGraph of the default compilation
     node_ids: list[int]  # layout: node of each encoded point
     default_exe: Any
@@ -79,15 +79,16 @@ class Tunable:
         d: dict[str, Any] = {"format": CONFIG_FORMAT, "program": self.name,
                              "kind": self.configs.kind, "arguments": signature(self.layout),
                              "layouts": (self.configs.to_json(plan)
-                                         if isinstance(self.configs, LayoutConfigs) else []),
+                                         if isinstance(self.configs, LayoutSearchSpace) else []),
                              "compiler_options": opts}
-        if isinstance(self.configs, OptionConfigs):
+        if isinstance(self.configs, OptionSearchSpace):
             d["options"] = self.configs.to_json(config)
         return d
 
 
-def prepare(name: str, fn: Callable, args: Sequence[Any], kind: str) -> Tunable:
-    """Compile the default once, read its HLO graph and find the configurable points."""
+def prepare(name: str, fn: Callable, args: Sequence[Any], space: str) -> Tunable:
+    """Compile the default once, read its HLO graph and find the configurable points of
+    `space` ("layout" or "options", graphcost.kinds)."""
     from graphcost.xla.configs import locate_points
     from graphcost.xla.extract import compiled_graph
     from graphcost.xla.prepare import opcode_names
@@ -95,8 +96,8 @@ def prepare(name: str, fn: Callable, args: Sequence[Any], kind: str) -> Tunable:
     layout = LayoutSpace(fn, tuple(args))
     default_exe = layout.compile({})
     hlo = compiled_graph(default_exe, name)
-    if kind == "options":
-        return Tunable(name, layout, OptionConfigs(), hlo, [], default_exe)
+    if space == "options":
+        return Tunable(name, layout, OptionSearchSpace(), hlo, [], default_exe)
     located = locate_points(layout, default_exe.as_text(), hlo.node_names,
                             opcode_names(hlo.node_opcode))
     layout.restrict(list(located))
@@ -104,7 +105,7 @@ def prepare(name: str, fn: Callable, args: Sequence[Any], kind: str) -> Tunable:
     if not points:
         raise UserError(f"{name}: no configurable layout (no parameter or dot/convolution of "
                          "rank 2-6 found in the compiled module); tune compiler options instead")
-    return Tunable(name, layout, LayoutConfigs(layout, points), hlo,
+    return Tunable(name, layout, LayoutSearchSpace(layout, points), hlo,
                    [located[p] for p in points], default_exe)
 
 

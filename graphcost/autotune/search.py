@@ -22,7 +22,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from graphcost.autotune.space import Config, ConfigSpace, distinct
+from graphcost.autotune.space import Config, SearchSpace, distinct
 
 
 @dataclass
@@ -66,7 +66,7 @@ class SearchResult:
                                      if self.score_s > 0 else None)}
 
 
-def search(space: ConfigSpace, score: Callable[[np.ndarray], np.ndarray],
+def search(space: SearchSpace, score: Callable[[np.ndarray], np.ndarray],
            initial: Sequence[Config], rng: np.random.Generator, evaluations: int = 4096,
            population: int = 16, round_size: int = 256, patience: int = 3) -> SearchResult:
     """Search `space` starting from `initial` (scored first), for `evaluations` scores.

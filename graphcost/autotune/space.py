@@ -1,14 +1,16 @@
-"""The configuration spaces autotuning searches, as the model sees them.
+"""The search spaces autotuning moves through, one per space (graphcost.kinds), as the
+model sees them.
 
-A space answers the questions search needs (the default, a random sample, a change of
-one unit, every value of one unit) and encodes configs as the model's inputs, so the
-search code works the same for layouts and compiler options. A *unit* is what one move
-changes: a layout slot (one tensor of one configurable node) or one compiler knob.
+A search space answers the questions search needs (the default, a random sample, a
+change of one unit, every value of one unit) and encodes configs as the model's inputs,
+so the search code works the same for layouts and compiler options. A *unit* is what one
+move changes: a layout slot (one tensor of one configurable node) or one compiler knob.
 
-- `LayoutConfigs`: plans of a `LayoutSpace` restricted to the points found in the
-  compiled module, encoded as (C, nc, 18) over those points in node order (exactly as
-  `measure_layout` writes them).
-- `OptionConfigs`: choice tuples over `OPTION_KNOBS`, encoded by `option_features`.
+- `LayoutSearchSpace`: the orders each slot may take, over a program's `LayoutSpace`
+  (`xla.configs`: its slots and how to compile a plan) restricted to the points found in
+  the compiled module; plans are encoded as (C, nc, 18) over those points in node order
+  (exactly as `measure_layout` writes them).
+- `OptionSearchSpace`: choice tuples over `OPTION_KNOBS`, encoded by `option_features`.
 """
 
 from __future__ import annotations
@@ -35,10 +37,11 @@ Config = Any  # a LayoutPlan or an OptionsConfig
 MAX_PERMUTATIONS = 24  # a slot of rank <= 4 offers every order; larger ranks a sample
 
 
-class LayoutConfigs:
-    """Layout plans over the located points of a program (`points` in node order)."""
+class LayoutSearchSpace:
+    """The layout plans search may try: each slot's orders over the located points of
+    a program's `LayoutSpace` (`points` in node order)."""
 
-    kind = "layout"
+    kind = "layout"  # the space it searches (graphcost.kinds)
 
     def __init__(self, space: LayoutSpace, points: Sequence[int]):
         self.space, self.points = space, list(points)
@@ -106,10 +109,11 @@ class LayoutConfigs:
         return out
 
 
-class OptionConfigs:
-    """Compiler-option configs: one choice per knob, all 0 = the default."""
+class OptionSearchSpace:
+    """The compiler-option configs search may try: one choice per knob, all 0 = the
+    default."""
 
-    kind = "options"
+    kind = "options"  # the space it searches (graphcost.kinds)
 
     def __init__(self, knobs: Sequence[Knob] = OPTION_KNOBS):
         self.knobs = tuple(knobs)
@@ -160,7 +164,7 @@ def _with(plan: LayoutPlan, slot: tuple[int, str], order: tuple[int, ...] | None
     return out
 
 
-def distinct(space: LayoutConfigs | OptionConfigs, configs: Sequence[Config]) -> list[Config]:
+def distinct(space: SearchSpace, configs: Sequence[Config]) -> list[Config]:
     """Configs in order, each once."""
     seen: set = set()
     out = []
@@ -172,4 +176,4 @@ def distinct(space: LayoutConfigs | OptionConfigs, configs: Sequence[Config]) ->
     return out
 
 
-ConfigSpace = LayoutConfigs | OptionConfigs
+SearchSpace = LayoutSearchSpace | OptionSearchSpace

@@ -59,8 +59,9 @@ from graphcost.autotune.program import Tunable, measure, prepare
 from graphcost.autotune.search import SearchResult, search
 from graphcost.autotune.space import Config
 from graphcost.errors import UserError
+from graphcost.kinds import space_of
 from graphcost.stats import kendall_tau, ratio_interval
-from graphcost.xla.measure import AUTOTUNING, Protocol
+from graphcost.xla.timing import AUTOTUNING, Protocol
 
 SAMPLES = 48  # configs the model ranks by default (see the module docstring)
 #: the least measured gain over the default for which a config is chosen: on the bundled
@@ -194,12 +195,12 @@ def autotune(fn: Callable, args: Sequence[Any], model: Any, *, name: str | None 
     from graphcost.models.model import as_model
 
     m = as_model(model)
-    kind = "layout" if m.kind == "layout" else "options"
+    space = space_of(m.kind)
     name = name or getattr(fn, "__name__", "program")
     secs: dict[str, float] = {}
 
     t0 = time.perf_counter()
-    t = prepare(name, fn, args, kind)
+    t = prepare(name, fn, args, space)
     secs["prepare_s"] = time.perf_counter() - t0
     rng = np.random.default_rng(seed)
     initial = t.configs.sample(samples, rng)
@@ -207,7 +208,7 @@ def autotune(fn: Callable, args: Sequence[Any], model: Any, *, name: str | None 
     t0 = time.perf_counter()
     score_fn = cm.scorer()
     secs["scorer_s"] = time.perf_counter() - t0
-    say(f"{name}: {kind} space of {t.configs.size():.3g} configs over "
+    say(f"{name}: {space} space of {t.configs.size():.3g} configs over "
         f"{len(t.configs.units)} units; searching with {evaluations} model scores")
     search_kw = {"evaluations": evaluations, "population": population,
                  "round_size": round_size}

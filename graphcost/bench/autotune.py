@@ -24,9 +24,10 @@ import numpy as np
 
 from graphcost.autotune.program import pinned
 from graphcost.autotune.tune import autotune
+from graphcost.kinds import graph_kind_of
 from graphcost.stats import geomean, geomean_ci
-from graphcost.xla.measure import AUTOTUNING, COLLECTING, Protocol
 from graphcost.xla.programs import FAMILIES, family_of, make_program
+from graphcost.xla.timing import AUTOTUNING, COLLECTING, Protocol
 
 TRAIN_FAMILIES = ("mlp", "cnn_nchw", "depthwise", "transformer")
 SMALL_RANKER = {"hidden": 32, "opcode_dim": 16, "layers": 2, "ref_configs": 16}
@@ -81,7 +82,7 @@ def model_from_measurements(kind: str, families: Sequence[str], per_family: int 
                 say(f"measured {name} for training ({time.perf_counter() - t0:.0f}s)")
     if len(graphs) < 2:
         raise RuntimeError("fewer than two training graphs could be measured")
-    model = _train("layout" if kind == "layout" else "tile", graphs, None, epochs, seed)
+    model = _train(graph_kind_of(kind), graphs, None, epochs, seed)
     return model, {"source": f"trained on {len(graphs)} graphs measured now "
                    f"({configs} {kind} configs each, {protocol.runs} runs)",
                    "families_seen": sorted(set(families)), "train_families": sorted(set(families)),

@@ -26,9 +26,10 @@ import numpy as np
 
 from graphcost.errors import UserError
 from graphcost.stats import bootstrap_ci
-from graphcost.xla.collect import collect, read_log
-from graphcost.xla.measure import Protocol
+from graphcost.xla.collect import collect
 from graphcost.xla.plan import CollectSpec
+from graphcost.xla.restart_log import read_log
+from graphcost.xla.timing import Protocol
 
 MODES = {"off": {"pipeline": False}, "on": {"pipeline": True, "quiet_timing": True},
          "shared": {"pipeline": True, "quiet_timing": False}, "ray": {"ray": "local"}}

@@ -51,9 +51,10 @@ from graphcost.data.families import family_of
 from graphcost.errors import UserError
 from graphcost.eval.crossval import crossvalidate, pooled_files, read_results
 from graphcost.formats.npz import LayoutGraph, read_extra, read_graph
+from graphcost.kinds import space_of
 from graphcost.stats import draw_weights
 from graphcost.train.settings import TrainSettings
-from graphcost.xla.measure import Protocol
+from graphcost.xla.timing import Protocol
 
 PORTFOLIOS = {"tile": ("config-only",), "layout": ("fewest-changes", "moved-bytes")}
 SELECT_ROUNDS = 2  # confirmation rounds that choose among the search's fresh picks
@@ -281,7 +282,7 @@ def confirm_row(row: dict[str, Any], g: Any, coll_kind: str, seed: int, distinct
 
     family, _, index = row["program"].rpartition(".")
     name, fn, args = make_program(family, int(index))
-    t = prepare(name, fn, args, "layout" if coll_kind.startswith("layout") else "options")
+    t = prepare(name, fn, args, space_of(g.kind))
     configs = stored_configs(t, g, coll_kind, seed, distinct)
     ids = confirm_set(row)
     key = t.configs.key

@@ -24,7 +24,7 @@ from typing import Any
 
 from graphcost.errors import UserError
 from graphcost.xla.configs import CANDIDATE_KNOBS, OPTION_KNOBS, Knob, compiler_options
-from graphcost.xla.measure import ConfigResult, Protocol
+from graphcost.xla.timing import ConfigResult, Protocol
 
 DEFAULT = "default"
 WORTH = 1.05  # a speed-up worth a place in a search space: 5%, beyond noise
@@ -61,8 +61,8 @@ def time_program(name: str, fn: Callable, args: Sequence[Any], knobs: Sequence[K
 
     from graphcost.autotune.program import pinned
     from graphcost.stats import ratio_interval
-    from graphcost.xla.measure import error_line, time_executables
     from graphcost.xla.prepare import input_maker, lower_flat
+    from graphcost.xla.timing import error_line, time_executables
 
     lowered = lower_flat(fn, args)
     inputs = input_maker(args)

@@ -31,6 +31,7 @@ import numpy as np
 from graphcost.autotune.costmodel import CostModel, learn_picks
 from graphcost.autotune.program import Tunable, measure, prepare
 from graphcost.autotune.search import best_of, top_picks
+from graphcost.kinds import space_of
 from graphcost.stats import (
     expected_best_of_random,
     geomean_ci,
@@ -38,8 +39,8 @@ from graphcost.stats import (
     ratio_interval,
     t_interval,
 )
-from graphcost.xla.measure import AUTOTUNING, Protocol
 from graphcost.xla.programs import make_program
+from graphcost.xla.timing import AUTOTUNING, Protocol
 
 STRATEGIES = ("model", "learn", "random")
 
@@ -117,14 +118,14 @@ def bench_pool(programs: Sequence[str], model: Any, model_info: dict[str, Any],
 
     say = log or (lambda _msg: None)
     m = as_model(model)
-    kind = "layout" if m.kind == "layout" else "options"
+    space = space_of(m.kind)
     protocol = protocol or AUTOTUNING
     rows = []
     for spec in programs:
         family, _, index = spec.rpartition(".")
         name, fn, args = make_program(family, int(index))
         try:
-            t = prepare(name, fn, args, kind)
+            t = prepare(name, fn, args, space)
             row = pool_program(t, m, pool_size, k, batches, protocol, confirm_rounds, seed, core)
         except (ValueError, RuntimeError) as e:
             say(f"{name}: skipped ({e})")

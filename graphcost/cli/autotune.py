@@ -30,7 +30,7 @@ def autotune_cmd(spec: str, model_path: str, out: str, report_path: str | None, 
     from graphcost.autotune.chosen import how_to_apply, save_config
     from graphcost.autotune.program import load_target
     from graphcost.autotune.tune import autotune, format_result
-    from graphcost.xla.measure import Protocol
+    from graphcost.xla.timing import Protocol
 
     try:
         name, fn, args = load_target(spec)

@@ -16,7 +16,8 @@ from graphcost.cli.options import (
     pin,
     timing_options,
 )
-from graphcost.xla.measure import AUTOTUNING, COLLECTING
+from graphcost.kinds import SPACES
+from graphcost.xla.timing import AUTOTUNING, COLLECTING
 
 
 @click.group()
@@ -110,8 +111,7 @@ def held_out_options(f: Callable) -> Callable:
                      help="A saved model (then name the held-out programs or --families)."),
         click.option("--data", default=None, type=click.Path(exists=True, file_okay=False),
                      help="Train a small ranker on this collection; its families are held out."),
-        click.option("--kind", type=click.Choice(["layout", "options"]), default="layout",
-                     show_default=True,
+        click.option("--kind", type=click.Choice(SPACES), default="layout", show_default=True,
                      help="What to measure for training when neither is given."),
         click.option("--train-families", show_default=True,  # bench.autotune.TRAIN_FAMILIES
                      default=",".join(("mlp", "cnn_nchw", "depthwise", "transformer")),
@@ -154,7 +154,7 @@ def bench_autotune_cmd(model_path: str | None, data: str | None, kind: str, trai
     """Measured speed-ups over default and random-K on held-out programs, and candidates/s."""
     core = pin(core, no_pin)
     from graphcost.bench.autotune import bench_autotune, format_bench
-    from graphcost.xla.measure import Protocol
+    from graphcost.xla.timing import Protocol
 
     model, info, names = held_out(model_path, data, kind, train_families, families, programs,
                                   per_family, epochs, seed)
@@ -194,7 +194,7 @@ def bench_pool_cmd(model_path: str | None, data: str | None, kind: str, train_fa
     if pool_size < 2 or k < 1 or batches < 1 or confirm_rounds < 2:
         raise UserError("need --pool >= 2, --k >= 1, --batches >= 1 and --confirm-rounds >= 2")
     from graphcost.bench.pool import bench_pool, format_pool
-    from graphcost.xla.measure import Protocol
+    from graphcost.xla.timing import Protocol
 
     model, info, names = held_out(model_path, data, kind, train_families, families, programs,
                                   per_family, epochs, seed)
@@ -259,7 +259,7 @@ def bench_families_cmd(data: str, out_dir: str, model_name: str, seeds: str, fol
     core = pin(core, no_pin=not confirm)
     from graphcost.autotune.headroom import format_families
     from graphcost.bench.families import bench_families
-    from graphcost.xla.measure import Protocol
+    from graphcost.xla.timing import Protocol
 
     result = bench_families(data, out_dir, model_name, seed_list, k, folds, settings, model_kw,
                             comma_list(families), confirm, not no_search, samples, evaluations,
@@ -391,7 +391,7 @@ def bench_collect_cmd(families: str, per_family: int, kinds: str, configs: int, 
     """Samples/min and noise ceiling of `collect` in each mode (pipeline, Ray, workers),
     same programs."""
     from graphcost.bench.collect import HEADER, bench_collect, format_collect, format_row
-    from graphcost.xla.measure import Protocol
+    from graphcost.xla.timing import Protocol
 
     protocol = Protocol(warmup, runs, rounds)
     _bench_table(HEADER, format_row, format_collect, json_path, lambda on_row: bench_collect(
@@ -486,7 +486,7 @@ def bench_knobs_cmd(out_dir: str, families: str | None, per_family: int, runs: i
     core = pin(core, no_pin=False)
     from graphcost.bench.knobs import bench_knobs, format_knobs
     from graphcost.xla.configs import CANDIDATE_KNOBS, OPTION_KNOBS
-    from graphcost.xla.measure import Protocol
+    from graphcost.xla.timing import Protocol
 
     knobs = OPTION_KNOBS + (CANDIDATE_KNOBS if candidates else ())
     result = bench_knobs(out_dir, comma_list(families), per_family, knobs,

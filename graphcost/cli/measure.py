@@ -1,40 +1,14 @@
-"""Commands that time programs on this machine: measure, collect, merge.
-
-`program_kwargs` and `collect_spec` are here only for now: they belong beside
-`CollectSpec` in `graphcost.xla.plan` and are to move there.
-"""
+"""Commands that time programs on this machine: measure, collect, merge."""
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
-from typing import Any
+from collections.abc import Callable
 
 import click
 
 from graphcost.cli.options import CORE, comma_list, timing_options
-from graphcost.xla.measure import COLLECTING
-
-
-def program_kwargs(per_family: int, families: Sequence[str] = ()) -> dict[str, Any]:
-    """What a program source (e.g. the zoo) is called with: programs per family and,
-    when given, which families."""
-    kwargs: dict[str, Any] = {"per_family": per_family}
-    if families:
-        kwargs["families"] = list(families)
-    return kwargs
-
-
-def collect_spec(out: str, sources: Sequence[str], per_family: int, families: Sequence[str],
-                 kinds: Sequence[str], **settings: Any) -> Any:
-    """The CollectSpec of a `collect` run: the zoo unless `sources` name program sources,
-    `per_family` programs of each of `families` (default: all), measured under `kinds`;
-    `settings` are further CollectSpec fields (num_configs, protocol, workers, …). A
-    ValueError names a bad kind or shard."""
-    from graphcost.xla.plan import DEFAULT_PROGRAMS, CollectSpec
-
-    return CollectSpec(out=out, programs=list(sources) or [DEFAULT_PROGRAMS],
-                       program_kwargs=program_kwargs(per_family, families), kinds=list(kinds),
-                       **settings)
+from graphcost.kinds import MEASURE_KINDS
+from graphcost.xla.timing import COLLECTING
 
 
 def _protocol_options(f: Callable) -> Callable:
@@ -67,8 +41,8 @@ def _command_line() -> str:
 
 @click.command()
 @click.argument("program")
-@click.option("--kind", type=click.Choice(["layout:random", "layout:default", "options"]),
-              default="layout:random", show_default=True)
+@click.option("--kind", type=click.Choice(MEASURE_KINDS), default="layout:random",
+              show_default=True)
 @click.option("--programs", "source", default="graphcost.xla.programs:zoo", show_default=True,
               metavar="MODULE:FUNCTION", help="Where PROGRAM comes from.")
 @click.option("--per-family", type=click.IntRange(min=1), default=4, show_default=True,
@@ -84,7 +58,8 @@ def measure(program: str, kind: str, source: str, per_family: int, core: int | N
     """Time the distinct executables of one PROGRAM's sampled configs (e.g. mlp.000)."""
     from graphcost.formats.npz import write_graph
     from graphcost.xla.collect import measure_program
-    from graphcost.xla.measure import Protocol
+    from graphcost.xla.plan import program_kwargs
+    from graphcost.xla.timing import Protocol
 
     if check_options:
         from graphcost.xla.configs import check_knobs
@@ -124,8 +99,8 @@ def measure(program: str, kind: str, source: str, per_family: int, core: int | N
 @click.option("--per-family", type=click.IntRange(min=1), default=4, show_default=True,
               help="Zoo programs per family.")
 @click.option("--families", default=None, help="Comma-separated zoo families (default: all).")
-@click.option("--kinds", default="layout:random,layout:default,options", show_default=True,
-              help="Comma-separated: layout:random, layout:default, options.")
+@click.option("--kinds", default=",".join(MEASURE_KINDS), show_default=True,
+              help=f"Comma-separated: {', '.join(MEASURE_KINDS)}.")
 @click.option("--workers", type=click.IntRange(min=0), default=0, show_default=True,
               help="Worker processes (0: one/core).")
 @click.option("--limit", type=click.IntRange(min=0), default=0, show_default=True,
@@ -165,7 +140,8 @@ def collect(out: str, sources: tuple[str, ...], per_family: int, families: str |
     from tqdm import tqdm
 
     from graphcost.xla.collect import collect as run_collect
-    from graphcost.xla.measure import Protocol
+    from graphcost.xla.plan import collect_spec
+    from graphcost.xla.timing import Protocol
 
     spec = collect_spec(out, sources, per_family, comma_list(families), comma_list(kinds),
                         num_configs=num_configs, seed=seed,

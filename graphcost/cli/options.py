@@ -7,7 +7,7 @@ from collections.abc import Callable
 
 import click
 
-from graphcost.xla.measure import AUTOTUNING, Protocol
+from graphcost.xla.timing import AUTOTUNING, Protocol
 
 
 def comma_list(value: str | None) -> list[str]:
@@ -63,7 +63,7 @@ json_option = click.option("--json", "json_path", type=click.Path(dir_okay=False
 
 def timing_options(preset: Protocol, max_run_s: bool = False) -> Callable:
     """`--runs` and `--warmup` (and `--max-run-s`) defaulting to `preset`
-    (`xla.measure.COLLECTING` or `AUTOTUNING`): every command that times declares them
+    (`xla.timing.COLLECTING` or `AUTOTUNING`): every command that times declares them
     here, so each default has one home."""
 
     def add(f: Callable) -> Callable:

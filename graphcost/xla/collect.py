@@ -1,6 +1,6 @@
 """Build TpuGraphs-format collections by measuring JAX programs on this machine.
 
-Programs x configuration kinds -> one `.npz` per (program, kind):
+Programs x measure kinds -> one `.npz` per (program, kind):
 
     OUT/npz/layout/cpu/{random,default}/{split}/NAME.npz   (layout:cpu:random, ...)
     OUT/npz/options/cpu/{split}/NAME.npz                    (options:cpu, tile format)
@@ -9,52 +9,44 @@ Splits are drawn per program family, so no family is in two splits. Each graph's
 configs are sampled until it has `num_configs` distinct executables, compiled, and
 each executable is timed once in `protocol.rounds` interleaved rounds
 (graphcost.xla.prepare), either by one pinned worker per core that compiles and times
-its own graphs, or pipelined: every core compiles, one core times (graphcost.xla.pool);
+its own graphs, or pipelined: every core compiles, one core times (graphcost.xla.workers);
 or on a Ray cluster, by one pinned timing slot per core of every node
-(graphcost.xla.ray_pool). Whichever process measured it, every graph comes back to this
-one, which writes it atomically and logs it to `OUT/log.jsonl` (`record`);
-a restart skips graphs already written or logged as failed, so a killed run loses at
-most the graphs in progress. Each collection folder gets a `manifest.json` (command,
-machine, JAX version, counts, spread, the noise ceiling: mean per-graph τ between two
-timing rounds, with a 95% interval) and OUT gets `summary.json`, every manifest's
-headline figures.
+(graphcost.xla.ray_pool). The task functions here run in those workers, named by this
+module's path; `measure_program` runs one in this process (the `measure` command).
+Whichever process measured it, every graph comes back to this one, which writes it and
+logs it (graphcost.xla.restart_log), so a restart skips graphs already written or logged
+as failed. Each collection folder then gets a `manifest.json` and OUT a `summary.json`
+(graphcost.xla.manifest).
 """
 
 from __future__ import annotations
 
-import json
 import os
 import platform
-import sys
 import time
 from collections.abc import Callable
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-import numpy as np
-
-from graphcost.atomic import atomic_open, write_json
-from graphcost.data.collection import SPLITS
 from graphcost.errors import UserError
 from graphcost.formats.records import Graph
+from graphcost.kinds import MEASURE_KINDS
 from graphcost.stats import random_pick_score
-from graphcost.xla.measure import Protocol, pin_to_core
+from graphcost.xla.manifest import write_manifest
 from graphcost.xla.plan import (
     DEFAULT_PROGRAMS,
-    KINDS,
     CollectSpec,
     Task,
     check_num_configs,
-    collection_dir,
-    collection_name,
     find_program,
     plan_tasks,
     spec_dict,
     take_shard,
 )
-from graphcost.xla.pool import run_pool, sigterm_raises
-from graphcost.xla.programs import family_of
+from graphcost.xla.restart_log import log_unlogged, logged_failures, pending_tasks, record
+from graphcost.xla.timing import Protocol, pin_to_core
+from graphcost.xla.workers import run_workers, sigterm_raises
 
 if TYPE_CHECKING:
     from graphcost.xla.prepare import MeasureReport, Prepared
@@ -101,7 +93,7 @@ def _prepare(task: Task, spec: CollectSpec) -> tuple[Prepared, tuple]:
     from graphcost.xla.prepare import prepare
 
     fn, args = find_program(task.source, spec.program_kwargs, task.program)
-    return prepare(task.kind, task.program, fn, args, spec.num_configs, spec.seed), args
+    return prepare(task.program, fn, args, task.kind, spec.num_configs, spec.seed), args
 
 
 def compile_task(task: Task, spec_d: dict[str, Any]) -> bytes | dict[str, Any]:
@@ -140,93 +132,6 @@ def measure_task(task: Task, spec_d: dict[str, Any]) -> dict[str, Any]:
 
 
 # ------------------------------------------------------------------ the whole run
-
-
-def read_log(out: str | Path) -> dict[str, dict[str, Any]]:
-    """The last logged summary of each graph path."""
-    log = Path(out) / "log.jsonl"
-    entries: dict[str, dict[str, Any]] = {}
-    if log.exists():
-        for line in log.read_text().splitlines():
-            try:
-                e = json.loads(line)
-            except json.JSONDecodeError:  # a line cut off by a kill
-                continue
-            entries[e["path"]] = e
-    return entries
-
-
-def record(out: Path, summary: dict[str, Any]) -> dict[str, Any]:
-    """Write a finished graph's file (its `npz` bytes, atomically), then its log line:
-    the one place a collection's files are written, whichever process or machine
-    measured them. The summary without the bytes is returned."""
-    summary = dict(summary)
-    data = summary.pop("npz", None)
-    if data is not None:
-        with atomic_open(summary["path"]) as f:
-            f.write(data)
-    _append_log(out, summary)
-    return summary
-
-
-def _append_log(out: Path, summary: dict[str, Any]) -> None:
-    """One JSON line per finished graph; a line cut off by a kill is left on its own."""
-    path = out / "log.jsonl"
-    torn = False
-    if path.exists() and path.stat().st_size:
-        with open(path, "rb") as f:
-            f.seek(-1, os.SEEK_END)
-            torn = f.read(1) != b"\n"
-    with open(path, "a") as f:
-        f.write(("\n" if torn else "") + json.dumps(summary) + "\n")
-
-
-def recovered_summary(task: Task, spec: CollectSpec) -> dict[str, Any]:
-    """The log entry of a graph whose file was written but whose log line a kill cut
-    off (`record` writes the file, then its line): what the file tells,
-    marked `recovered`; its compile and timing seconds are lost (0)."""
-    from graphcost.data.noise import file_noise_tau
-    from graphcost.formats import read_graph
-    from graphcost.formats.npz import read_extra
-
-    path = task.path(spec.out)
-    g = read_graph(path)
-    runtime = np.asarray(g.config_runtime, dtype=np.float64)
-    prints = read_extra(path).get("config_fingerprint")
-    return {"task": asdict(task), "path": str(path), "status": "ok", "recovered": True,
-            "name": task.program, "kind": task.kind, "kept": g.num_configs,
-            "distinct": int(np.unique(prints).size) if prints is not None else g.num_configs,
-            "compile_s": 0.0, "time_s": 0.0, "finished": path.stat().st_mtime,
-            "runtime_max_over_min": float(runtime.max() / runtime.min()),
-            "median_runtime_ms": float(np.median(runtime) / 1e6),
-            "noise_tau": file_noise_tau(path), "nodes": g.num_nodes,
-            "random_top5_score": random_pick_score(g.config_runtime)}
-
-
-def log_unlogged(spec: CollectSpec, tasks: list[Task]) -> int:
-    """Log every written graph the log does not hold as ok (`recovered_summary`), so
-    that after a kill the log again lists each written graph once; how many."""
-    logged = read_log(spec.out)
-    missing = [t for t in tasks if t.path(spec.out).exists()
-               and logged.get(str(t.path(spec.out)), {}).get("status") != "ok"]
-    for t in missing:
-        _append_log(Path(spec.out), recovered_summary(t, spec))
-    return len(missing)
-
-
-def logged_failures(spec: CollectSpec, tasks: list[Task]) -> dict[Task, dict[str, Any]]:
-    """The last log entry of each task with no written graph whose log says it failed
-    or crashed: what a rerun skips unless retrying, and what `collect` reports."""
-    logged = read_log(spec.out)
-    return {t: e for t in tasks if not t.path(spec.out).exists()
-            and (e := logged.get(str(t.path(spec.out)), {})).get("status") in ("failed",
-                                                                               "crashed")}
-
-
-def pending_tasks(spec: CollectSpec, tasks: list[Task]) -> list[Task]:
-    """Tasks with no written graph (and, unless retrying, no logged failure)."""
-    failed = {} if spec.retry_failed else logged_failures(spec, tasks)
-    return [t for t in tasks if not t.path(spec.out).exists() and t not in failed]
 
 
 @dataclass
@@ -288,10 +193,10 @@ def collect(spec: CollectSpec, progress: Callable[[int, int], Callable[[dict], A
 
             run_ray(todo, measure_task, spec_d, on_done, on_crash, spec.ray, spec.workers)
         elif spec.pipeline:
-            run_pool(todo, compile_task, spec_d, on_done, on_crash, time_task, spec.workers,
-                     out / ".spool", spec.quiet_timing)
+            run_workers(todo, compile_task, spec_d, on_done, on_crash, time_task, spec.workers,
+                        out / ".spool", spec.quiet_timing)
         else:
-            run_pool(todo, measure_task, spec_d, on_done, on_crash, None, spec.workers)
+            run_workers(todo, measure_task, spec_d, on_done, on_crash, None, spec.workers)
     wall = time.perf_counter() - start
     manifests = write_manifest(spec, tasks, command)
     remaining = len(pending_tasks(spec, tasks))
@@ -301,97 +206,6 @@ def collect(spec: CollectSpec, progress: Callable[[int, int], Callable[[dict], A
                          wall, manifests, failures)
 
 
-def _machine() -> dict[str, Any]:
-    """Where the graphs were timed. The CPU model comes from /proc/cpuinfo: neither
-    psutil nor `platform` reports it (`platform.processor()` is empty or the arch)."""
-    cpu = ""
-    try:
-        for line in Path("/proc/cpuinfo").read_text().splitlines():
-            if line.startswith("model name"):
-                cpu = line.split(":", 1)[1].strip()
-                break
-    except OSError:
-        pass
-    return {"node": platform.node(), "cpu": cpu, "cores": len(os.sched_getaffinity(0)),
-            "python": platform.python_version(), "platform": platform.platform()}
-
-
-def collection_figures(entries: list[dict[str, Any]]) -> dict[str, Any]:
-    """The headline figures of one collection's logged graphs: counts, distinct
-    executables, runtime spread, samples per core-minute and the noise ceiling (mean
-    per-graph τ between two timing rounds, with a 95% bootstrap interval)."""
-    from graphcost.stats import bootstrap_ci
-
-    ok = [e for e in entries if e["status"] == "ok"]
-    if not ok:
-        return {"graphs": 0}
-
-    def median(key: str) -> float | None:
-        values = [e[key] for e in ok if e.get(key) is not None]
-        return float(np.median(values)) if values else None
-
-    seconds = sum(e["compile_s"] + e["time_s"] for e in ok)
-    noise = np.array([e["noise_tau"] for e in ok if e.get("noise_tau") is not None], dtype=float)
-    tau, low, high = bootstrap_ci(noise) if noise.size else (None, None, None)
-    spreads = np.array([e["runtime_max_over_min"] for e in ok])
-    picks = [e["random_top5_score"] for e in ok if e.get("random_top5_score") is not None]
-    return {
-        "graphs": len(ok), "families_measured": len({family_of(e["name"]) for e in ok}),
-        "configs": int(sum(e["kept"] for e in ok)),
-        "configs_failed": int(sum(len(e.get("failed", [])) for e in ok)),
-        "distinct_executables_median": median("distinct"),
-        "graphs_exhausted": int(sum(bool(e.get("exhausted")) for e in ok)),
-        "median_runtime_ms": median("median_runtime_ms"),
-        "runtime_max_over_min_median": median("runtime_max_over_min"),
-        "runtime_max_over_min_quartiles": [float(q) for q in np.percentile(spreads, [25, 75])],
-        "median_spread": median("median_spread"),
-        "random_top5_score": float(np.mean(picks)) if picks else None,
-        "samples_per_minute_per_core": round(60 * sum(e["kept"] for e in ok) / seconds, 1)
-        if seconds else None,
-        "noise_ceiling_tau": tau,
-        "noise_ceiling_ci": [low, high] if tau is not None else None,
-    }
-
-
-def write_manifest(spec: CollectSpec, tasks: list[Task], command: str | None = None
-                   ) -> dict[str, dict[str, Any]]:
-    """`manifest.json` in each collection's folder (how it was made, what it holds) and
-    `OUT/summary.json` (every collection's figures)."""
-    import jax
-    import jaxlib
-
-    logged = read_log(spec.out)
-    common = {
-        "what": "XLA:CPU measurements of JAX programs (graphcost.xla.collect)",
-        "command": command or " ".join(sys.argv), "spec": spec_dict(spec),
-        "machine": _machine(), "jax": jax.__version__, "jaxlib": jaxlib.__version__,
-    }
-    manifests = {}
-    for kind in spec.kinds:
-        mine = [t for t in tasks if t.kind == kind]
-        splits: dict[str, int] = {}
-        for t in mine:
-            if t.path(spec.out).exists():
-                splits[t.split] = splits.get(t.split, 0) + 1
-        entries = [logged[str(t.path(spec.out))] for t in mine if str(t.path(spec.out)) in logged]
-        m = dict(common, collection=collection_name(kind), splits=splits,
-                 families={s: sorted({family_of(t.program) for t in mine if t.split == s})
-                           for s in SPLITS},
-                 graphs_failed=sorted(e["path"] for e in entries if e["status"] != "ok"),
-                 **collection_figures(entries))
-        folder = collection_dir(spec.out, kind)
-        folder.mkdir(parents=True, exist_ok=True)
-        write_json(m, folder / "manifest.json")
-        manifests[m["collection"]] = m
-    keep = ("graphs", "families_measured", "splits", "distinct_executables_median",
-            "graphs_exhausted", "median_runtime_ms", "runtime_max_over_min_median",
-            "runtime_max_over_min_quartiles", "median_spread", "random_top5_score",
-            "samples_per_minute_per_core", "noise_ceiling_tau", "noise_ceiling_ci")
-    write_json({name: {k: m.get(k) for k in keep} for name, m in manifests.items()},
-               Path(spec.out) / "summary.json")
-    return manifests
-
-
 def measure_program(program: str, kind: str, source: str = DEFAULT_PROGRAMS,
                     program_kwargs: dict[str, Any] | None = None, num_configs: int = 16,
                     seed: int = 0, protocol: Protocol | None = None, core: int | None = None
@@ -399,11 +213,11 @@ def measure_program(program: str, kind: str, source: str = DEFAULT_PROGRAMS,
     """Measure one named program in this process: (graph or None, MeasureReport)."""
     from graphcost.xla.prepare import prepare, time_prepared
 
-    if kind not in KINDS:
-        raise UserError(f"unknown kind {kind!r}; choose from {list(KINDS)}")
+    if kind not in MEASURE_KINDS:
+        raise UserError(f"unknown kind {kind!r}; choose from {list(MEASURE_KINDS)}")
     check_num_configs(num_configs)
     if core is not None:
         pin_to_core(core)
     fn, args = find_program(source, program_kwargs or {}, program)
-    return time_prepared(prepare(kind, program, fn, args, num_configs, seed), args,
+    return time_prepared(prepare(program, fn, args, kind, num_configs, seed), args,
                          protocol or Protocol(), seed)

@@ -1,9 +1,10 @@
 """What a collection run measures, decided before anything is measured.
 
-The spec, its tasks (program x configuration kind, each with its family split and its
-file under OUT), and for a sharded run the shard each task belongs to, recorded in
-`OUT/shard.json`. Running the tasks (`graphcost.xla.collect`) and merging shard folders
-(`graphcost.xla.shard`) both build on this module, so neither has to import the other.
+The spec (and `collect_spec`, how a `collect` command line makes one), its tasks
+(program x measure kind, each with its family split and its file under OUT), and for a
+sharded run the shard each task belongs to, recorded in `OUT/shard.json`. Running the
+tasks (`graphcost.xla.collect`) and merging shard folders (`graphcost.xla.shard`) both
+build on this module, so neither has to import the other.
 """
 
 from __future__ import annotations
@@ -20,10 +21,10 @@ import numpy as np
 from graphcost.atomic import atomic_open
 from graphcost.data.collection import SPLITS
 from graphcost.errors import UserError
-from graphcost.xla.measure import Protocol
+from graphcost.kinds import MEASURE_KINDS, space_of
 from graphcost.xla.programs import family_of, load_programs, make_program, zoo_names
+from graphcost.xla.timing import Protocol
 
-KINDS = ("layout:random", "layout:default", "options")
 DEFAULT_PROGRAMS = "graphcost.xla.programs:zoo"
 
 
@@ -34,7 +35,7 @@ class CollectSpec:
     out: str
     programs: list[str] = field(default_factory=lambda: [DEFAULT_PROGRAMS])
     program_kwargs: dict[str, Any] = field(default_factory=dict)  # e.g. per_family, families
-    kinds: list[str] = field(default_factory=lambda: list(KINDS))
+    kinds: list[str] = field(default_factory=lambda: list(MEASURE_KINDS))
     num_configs: int = 16  # distinct executables wanted per graph
     seed: int = 0
     split_fractions: tuple[float, float, float] = (0.7, 0.15, 0.15)
@@ -43,7 +44,7 @@ class CollectSpec:
     limit: int = 0  # stop after this many graphs this run (0 = all)
     retry_failed: bool = False
     shard: str = ""  # 'I/N': measure only shard I of N of the plan (graphcost.xla.shard)
-    # compile on every core, time on one (graphcost.xla.pool). Off by default: on this
+    # compile on every core, time on one (graphcost.xla.workers). Off by default: on this
     # 2-core machine it measured 0.77x (quiet) and 0.90x (shared) the samples/min of no
     # pipeline with no measurable change in the noise ceiling (`graphcost bench collect`)
     pipeline: bool = False
@@ -53,9 +54,9 @@ class CollectSpec:
     ray: str | None = None
 
     def __post_init__(self) -> None:
-        bad = sorted(set(self.kinds) - set(KINDS))
+        bad = sorted(set(self.kinds) - set(MEASURE_KINDS))
         if bad:
-            raise UserError(f"unknown kinds {bad}; choose from {list(KINDS)}")
+            raise UserError(f"unknown kinds {bad}; choose from {list(MEASURE_KINDS)}")
         if self.shard:
             parse_shard(self.shard)
         if isinstance(self.protocol, dict):
@@ -67,6 +68,26 @@ class CollectSpec:
         check_num_configs(self.num_configs)
 
 
+def program_kwargs(per_family: int, families: Sequence[str] = ()) -> dict[str, Any]:
+    """What a program source (e.g. the zoo) is called with: programs per family and,
+    when given, which families."""
+    kwargs: dict[str, Any] = {"per_family": per_family}
+    if families:
+        kwargs["families"] = list(families)
+    return kwargs
+
+
+def collect_spec(out: str, sources: Sequence[str], per_family: int, families: Sequence[str],
+                 kinds: Sequence[str], **settings: Any) -> CollectSpec:
+    """The CollectSpec of a `collect` run: the zoo unless `sources` name program sources,
+    `per_family` programs of each of `families` (default: all), measured under `kinds`;
+    `settings` are further CollectSpec fields (num_configs, protocol, workers, …). A
+    ValueError names a bad kind or shard."""
+    return CollectSpec(out=out, programs=list(sources) or [DEFAULT_PROGRAMS],
+                       program_kwargs=program_kwargs(per_family, families), kinds=list(kinds),
+                       **settings)
+
+
 def check_num_configs(num_configs: int) -> None:
     """Refuse fewer than two configs per graph (`measure` and `collect`): nothing to rank."""
     if num_configs < 2:
@@ -76,7 +97,7 @@ def check_num_configs(num_configs: int) -> None:
 
 @dataclass(frozen=True)
 class Task:
-    """One graph to measure: a program under one configuration kind."""
+    """One graph to measure: a program under one measure kind."""
 
     kind: str
     source: str  # the MODULE:FUNCTION the program comes from
@@ -84,10 +105,9 @@ class Task:
     split: str
 
     def path(self, out: str | Path) -> Path:
-        base = Path(out) / "npz"
-        folder = (base / "options" / "cpu" if self.kind == "options"
-                  else base / "layout" / "cpu" / self.kind.split(":")[1])
-        return folder / self.split / f"{_safe(self.program)}.npz"
+        """OUT/npz/SPACE/cpu[/SAMPLING]/SPLIT/PROGRAM.npz (the sampling of a layout kind)."""
+        return Path(out, "npz", space_of(self.kind), "cpu", *self.kind.split(":")[1:],
+                    self.split, f"{_safe(self.program)}.npz")
 
 
 def _safe(name: str) -> str:
@@ -163,13 +183,14 @@ def spec_dict(spec: CollectSpec) -> dict[str, Any]:
 
 
 def collection_dir(out: str | Path, kind: str) -> Path:
-    """The folder of one kind's collection (its splits are subfolders)."""
+    """The folder of one measure kind's collection (its splits are subfolders)."""
     return Task(kind, "", "x", "train").path(out).parent.parent
 
 
 def collection_name(kind: str) -> str:
-    """The name a kind's collection is listed under (e.g. `layout:cpu:random`)."""
-    return "options:cpu" if kind == "options" else f"layout:cpu:{kind.split(':')[1]}"
+    """The name a measure kind's collection is listed under: its space, the machine and,
+    for layouts, the sampling (`layout:cpu:random`, `options:cpu`)."""
+    return ":".join([space_of(kind), "cpu", *kind.split(":")[1:]])
 
 
 # ------------------------------------------------------------------ shards

@@ -3,7 +3,7 @@ time each executable once, and assemble the graph.
 
 Compiling (`prepare_layout`, `prepare_options`) and timing (`time_prepared`) are two
 steps so that a collection can compile on some cores while one pinned core only times
-(graphcost.xla.pool): a `Prepared` travels between processes as bytes, its
+(graphcost.xla.workers): a `Prepared` travels between processes as bytes, its
 executables serialized by XLA. Configs are sampled until the graph has `distinct`
 different executables (by `fingerprint`) or the sampled candidates run out
 (`exhausted`). Configs that share an executable share its one measurement, a true tie.
@@ -22,7 +22,7 @@ import numpy as np
 from graphcost.formats.records import Graph, LayoutGraph, TileGraph
 from graphcost.xla.extract import compiled_graph
 from graphcost.xla.fingerprint import fingerprint
-from graphcost.xla.measure import ConfigResult, Protocol, error_line, time_executables
+from graphcost.xla.timing import ConfigResult, Protocol, error_line, time_executables
 
 #: candidates sampled per wanted distinct executable before a space counts as exhausted
 ATTEMPTS_PER_DISTINCT = 3
@@ -33,7 +33,7 @@ class Prepared:
     """A graph's compiled configs, ready to be timed."""
 
     name: str
-    kind: str  # "layout:random", "layout:default" or "options"
+    kind: str  # a measure kind: "layout:random", "layout:default" or "options"
     hlo: dict[str, np.ndarray]  # node_feat, node_opcode, edge_index, node_splits
     config_ids: np.ndarray | None  # layout: the configurable nodes
     features: list[np.ndarray]  # per compiled config, in sample order
@@ -192,9 +192,9 @@ def prepare_options(name: str, fn: Callable, args: Sequence[Any], distinct: int 
     return prep
 
 
-def prepare(kind: str, name: str, fn: Callable, args: Sequence[Any], distinct: int = 16,
+def prepare(name: str, fn: Callable, args: Sequence[Any], kind: str, distinct: int = 16,
             seed: int = 0) -> Prepared:
-    """Compile the configs of one collection kind: "options", "layout:random" or
+    """Compile the sampled configs of one measure kind: "options", "layout:random" or
     "layout:default"."""
     if kind == "options":
         return prepare_options(name, fn, args, distinct, seed)

@@ -1,8 +1,8 @@
 """Run measurement tasks on a Ray cluster: one timing slot per core, streamed back.
 
 A timing slot is a Ray actor that owns one core of one node: it pins itself to that
-core and compiles and times its graphs there, one at a time, as a worker of the local
-inline pool (graphcost.xla.pool) does. Every node advertises one custom resource per
+core and compiles and times its graphs there, one at a time, as a local inline worker
+process (graphcost.xla.workers) does. Every node advertises one custom resource per
 core, `graphcost_core_<c>` (`node_resources`), and a slot takes the one unit of its
 core's resource, so Ray never puts two slots on one core, not even two collections'
 sharing a cluster. A local instance (`collect --ray` with no address) is started with
@@ -12,11 +12,11 @@ these resources for this machine's cores; a cluster's nodes are started with the
     ray start --address HEAD:6379 --resources "$(python -m graphcost.xla.ray_pool)"
 
 Results come back to the driver as each task ends (`ray.wait`), and the driver writes
-and logs them (graphcost.xla.collect.record), so a killed driver loses only the graphs
+and logs them (graphcost.xla.restart_log.record), so a killed driver loses only the graphs
 in flight and a resumed run skips every graph written. When a slot's process dies (a
 crash inside XLA, an out-of-memory kill), Ray restarts the actor, and its task is tried
 again on the next free slot; a task whose worker dies `ATTEMPTS` times is reported
-through `on_crash`, as the local pool reports a death. A restarted slot is given work
+through `on_crash`, as the local workers report a death. A restarted slot is given work
 again once it answers, so a slot whose node is gone holds no task.
 """
 
@@ -32,7 +32,7 @@ from contextlib import contextmanager
 from typing import Any
 
 from graphcost.errors import UserError
-from graphcost.xla.measure import pin_to_core
+from graphcost.xla.timing import pin_to_core
 
 RESOURCE = "graphcost_core_"
 ATTEMPTS = 2  # tries of a task whose worker process dies
@@ -100,8 +100,7 @@ def _check_reachable(address: str, timeout_s: float = 10.0) -> None:
         socket.create_connection((host, int(port)), timeout=timeout_s).close()
     except OSError as e:
         raise UserError(f"cannot reach the Ray cluster at {address!r}: {e.strerror or e}; "
-                        "start its head with `ray start --head` (see the README, "
-                        "\"Scaling out\")") from None
+                        "start its head with `ray start --head` (see docs/scaling.md)") from None
 
 
 def timing_slots(ray: Any, workers: int = 0) -> list[str]:

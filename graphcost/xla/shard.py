@@ -15,7 +15,8 @@ was written twice, and only then copies the graphs into one collection with one
 machine). Each graph is timed whole on one machine, so its configs stay comparable.
 
 The dealing (`assign_shards`, `take_shard`) lives in `graphcost.xla.plan`, below
-`collect`, which applies it; this module is the merge, which builds on `collect`.
+`collect`, which applies it; this module is the merge, which builds on the run log
+(`restart_log`) and the manifests (`manifest`) as `collect` does.
 """
 
 from __future__ import annotations
@@ -29,7 +30,7 @@ from typing import Any
 
 from graphcost.atomic import atomic_open
 from graphcost.errors import UserError
-from graphcost.xla.collect import read_log, write_manifest
+from graphcost.xla.manifest import write_manifest
 from graphcost.xla.plan import (
     FORMAT,
     PLAN_FILE,
@@ -38,6 +39,7 @@ from graphcost.xla.plan import (
     collection_dir,
     collection_name,
 )
+from graphcost.xla.restart_log import read_log
 
 
 class MergeError(UserError):

@@ -33,7 +33,7 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
-from graphcost.xla.measure import pin_to_core
+from graphcost.xla.timing import pin_to_core
 
 Summary = dict[str, Any]
 WorkerFn = Callable[[Any, Any], "bytes | Summary"]  # (task, context) -> bytes or summary
@@ -57,7 +57,7 @@ def _die_with_parent() -> None:
 @contextmanager
 def sigterm_raises() -> Iterator[None]:
     """In the block, SIGTERM raises SystemExit(143) in the main thread instead of ending
-    the process on the spot, so `finally` blocks run: `run_pool` hands on what its
+    the process on the spot, so `finally` blocks run: `run_workers` hands on what its
     workers finished and kills them, a local Ray instance is shut down."""
     if threading.current_thread() is not threading.main_thread():
         yield
@@ -133,10 +133,10 @@ def _timer(core: int, fn: TimerFn, context: Any, inbox: mp.Queue, results: mp.Qu
         results.put(("done", "timer", index, summary))
 
 
-def run_pool(tasks: Sequence[Any], worker_fn: WorkerFn, context: Any,
-             on_done: Callable[[Summary], None], on_crash: Callable[[Any, str], Summary],
-             timer_fn: TimerFn | None = None, workers: int = 0, spool: str | Path = ".spool",
-             quiet: bool = True) -> None:
+def run_workers(tasks: Sequence[Any], worker_fn: WorkerFn, context: Any,
+                on_done: Callable[[Summary], None], on_crash: Callable[[Any, str], Summary],
+                timer_fn: TimerFn | None = None, workers: int = 0,
+                spool: str | Path = ".spool", quiet: bool = True) -> None:
     """Run every task; `on_done(summary)` is called in this process as each one ends.
 
     With `timer_fn`, tasks are pipelined (see the module doc) through the folder
