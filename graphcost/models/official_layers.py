@@ -21,6 +21,8 @@ from torch import Tensor, nn
 from torch.nn import functional as F
 from torch_geometric.utils import scatter
 
+from graphcost import fields
+
 #: the official baselines' training recipe (tpu_graphs/baselines/*/train_args.py and
 #: train_lib.py), the training settings they default to: Adam at a constant 1e-3 with
 #: per-tensor gradient clipping, no weight decay (L2 is in the model), TF-Ranking's
@@ -29,6 +31,10 @@ from torch_geometric.utils import scatter
 #: adds its own: `official_layout.OFFICIAL_LAYOUT`, `official_tile.OFFICIAL_TILE`.
 OFFICIAL = dict(optimizer="adam", lr=1e-3, clip="per_tensor", weight_decay=0.0, dedup=False,
                 min_configs=-1, select_on="opa", valid_resample=True)
+#: value rules of the settings every official model has
+OFFICIAL_RULES: dict[str, fields.Rule] = {
+    "hidden": fields.AT_LEAST_1, "opcode_dim": fields.AT_LEAST_1,
+    "mlp_layers": fields.AT_LEAST_1, "num_ops": fields.AT_LEAST_1, "l2": fields.NON_NEGATIVE}
 
 SLOPE = 0.2  # tf.nn.leaky_relu's default negative slope
 

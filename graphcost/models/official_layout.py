@@ -23,6 +23,7 @@ from graphcost.models.base import Batch, GraphTensors, RankingNet, collate, pool
 from graphcost.models.fastpath import LayoutEngine, Rows
 from graphcost.models.official_layers import (
     OFFICIAL,
+    OFFICIAL_RULES,
     DenseStack,
     OpEmbedding,
     SymGCNConv,
@@ -43,10 +44,8 @@ class ResModelSettings:
     keep_nodes: int = 5000  # training back-propagates through a window of this many nodes
     l2: float = 1e-4  # L2 on Dense kernels and on the opcode embedding's output
     RULES: ClassVar[dict[str, fields.Rule]] = {
-        "hidden": fields.AT_LEAST_1, "opcode_dim": fields.AT_LEAST_1,
-        "layers": fields.AT_LEAST_1, "mlp_layers": fields.AT_LEAST_1,
-        "num_ops": fields.AT_LEAST_1, "config_scale": fields.POSITIVE,
-        "keep_nodes": fields.NON_NEGATIVE, "l2": fields.NON_NEGATIVE}
+        **OFFICIAL_RULES, "layers": fields.AT_LEAST_1, "config_scale": fields.POSITIVE,
+        "keep_nodes": fields.NON_NEGATIVE}
 
 
 #: ResModel's training recipe (the official layout baseline's)

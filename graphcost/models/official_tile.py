@@ -26,6 +26,7 @@ from graphcost.models.base import Batch, GraphTensors, RankingNet, collate, pool
 from graphcost.models.fastpath import STATE_BYTES, csr_tensor, propagate, state_configs
 from graphcost.models.official_layers import (
     OFFICIAL,
+    OFFICIAL_RULES,
     DenseStack,
     OpEmbedding,
     ResGCNConv,
@@ -49,10 +50,8 @@ class TileGNNSettings:
     num_ops: int = 121  # opcode vocabulary: ids 0..120 (docs/design.md §3)
     l2: float = 1e-4  # L2 on Dense kernels and on the opcode embedding's output
     RULES: ClassVar[dict[str, fields.Rule]] = {
-        "backbone": fields.one_of("sage", "resgcn"), "join": fields.one_of("early", "late"),
-        "hidden": fields.AT_LEAST_1, "opcode_dim": fields.AT_LEAST_1,
-        "layers": fields.AT_LEAST_1, "mlp_layers": fields.AT_LEAST_1,
-        "num_ops": fields.AT_LEAST_1, "l2": fields.NON_NEGATIVE}
+        **OFFICIAL_RULES, "backbone": fields.one_of("sage", "resgcn"),
+        "join": fields.one_of("early", "late"), "layers": fields.AT_LEAST_1}
 
 
 #: the official tile baselines' training recipe and loss ('ListMLELoss:1,MSE:0.02')
@@ -230,10 +229,7 @@ class TileMLPSettings:
     mlp_layers: int = 2  # hidden Dense layers before the output
     num_ops: int = 121  # opcode vocabulary: ids 0..120 (docs/design.md §3)
     l2: float = 1e-4  # L2 on Dense kernels and on the opcode embedding's output
-    RULES: ClassVar[dict[str, fields.Rule]] = {
-        "hidden": fields.AT_LEAST_1, "opcode_dim": fields.AT_LEAST_1,
-        "mlp_layers": fields.AT_LEAST_1, "num_ops": fields.AT_LEAST_1,
-        "l2": fields.NON_NEGATIVE}
+    RULES: ClassVar[dict[str, fields.Rule]] = OFFICIAL_RULES
 
 
 class TileMLP(_Official):
