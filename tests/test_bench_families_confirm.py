@@ -279,11 +279,12 @@ def test_confirm_on_random_layouts_with_a_heuristic_fold_model(collection, tmp_p
     assert "fewest-changes seed 0: training 2 leave-family-out folds" in r.output
     assert "fewest-changes seed 0: reusing" in r.output  # the portfolio's candidate
     assert "moved-bytes seed 0: training 2 leave-family-out folds" in r.output
+    assert "changed-bytes seed 0: training 2 leave-family-out folds" in r.output
     for fold in (1, 2):
         assert (out / "fewest-changes-0" / f"fold-{fold}" / "model.pt").exists()
     result = json.loads((tmp_path / "f.json").read_text())
     assert result["collection"] == "layout:cpu:random"
-    assert result["portfolio"] in ("fewest-changes", "moved-bytes")
+    assert result["portfolio"] in ("fewest-changes", "moved-bytes", "changed-bytes")
     assert len(progress_lines(r.output)) == len(PROGRAMS)
     check_confirmed(result, r.output, "layout", 8, 8)
 

@@ -25,7 +25,7 @@ def test_quick_demo_writes_a_consistent_report(tmp_path):
     assert models[:2] == ["ranker", "resgcn"]
     runs = tmp_path / "demo" / "runs" / "layout_mini_random"
     fitted = {m: json.loads((runs / m / "metrics.jsonl").read_text())["valid_score"]
-              for m in ("fewest-changes", "moved-bytes", "default-first")}
+              for m in ("fewest-changes", "moved-bytes", "changed-bytes", "default-first")}
     assert models[2:] == [max(fitted, key=fitted.get)]  # the best heuristic on validation
     page = (report / "index.html").read_text()
     for row in summary:

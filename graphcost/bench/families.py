@@ -9,7 +9,8 @@ program's pool by the stored runtimes with the same measurement budget K:
 - `model`: the fastest of the model's K best-scored configs;
 - `portfolio`: the fastest of the K configs a rule that reads no program ranks first
   (options: `config-only`, a fixed ranking of option sets fitted to the training
-  families; layout: the best layout heuristic, `fewest-changes` or `moved-bytes`);
+  families; layout: the best layout heuristic, `fewest-changes`, `moved-bytes` or
+  `changed-bytes`);
 - `random`: the fastest of K configs drawn at random, as the exact expectation over
   every draw of its log speed-up (`expected_choice`);
 - `default`: the compiler's choice.
@@ -56,7 +57,8 @@ from graphcost.stats import draw_weights
 from graphcost.train.settings import TrainSettings
 from graphcost.xla.timing import Protocol
 
-PORTFOLIOS = {"tile": ("config-only",), "layout": ("fewest-changes", "moved-bytes")}
+PORTFOLIOS = {"tile": ("config-only",),
+              "layout": ("fewest-changes", "moved-bytes", "changed-bytes")}
 SELECT_ROUNDS = 2  # confirmation rounds that choose among the search's fresh picks
 
 
