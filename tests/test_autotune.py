@@ -34,7 +34,8 @@ def test_scorer_matches_predict_with_and_without_cache(name, kind):
     g = (make_layout_graph(rng, num_nodes=60, num_configs=40, name="l") if kind == "layout"
          else make_tile_graph(rng, num_nodes=20, num_configs=30, name="t"))
     torch.manual_seed(0)
-    m = Model(name, kind, **({"ref_configs": 8} if name == "ranker" else {}))
+    ranker = {"ref_configs": 8, **({"prior": ""} if kind == "layout" else {})}  # a network's
+    m = Model(name, kind, **(ranker if name == "ranker" else {}))  # scores, not a rule's
     m.build(m.fit_transform([g]))
     m.net.train()  # the scorer must not depend on the mode the net was left in
     ids = np.array([5, 0, 17, 3, 29, 11])

@@ -144,7 +144,8 @@ def test_replayed_segments_give_the_exact_whole_graph_gradient():
     must give the same gradient as one autograd graph over all segments, dropout included."""
     g = layout_split(0, 1, "g", nodes=200)[0]
     torch.manual_seed(0)
-    m = Model("ranker", "layout", dropout=0.3).build(FeatureTransform.fit([g]))
+    # no rule underneath: its zero-started head would leave the encoder without a gradient
+    m = Model("ranker", "layout", dropout=0.3, prior="").build(FeatureTransform.fit([g]))
     net = m.net.train()
     gt = m.prepare(g)
     item = GstItem(gt, np.arange(gt.num_configs), split_segments(gt, 50))

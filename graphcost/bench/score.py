@@ -139,6 +139,9 @@ def measure_cell(kind: str, name: str, nodes: int, configs: int, repeats: int = 
     model = Model(name, kind)
     torch.manual_seed(seed)
     model.build(model.fit_transform([make(rng, name=f"train{i}") for i in range(4)]))
+    if getattr(model.net, "prior", None) is not None:  # a rule underneath starts the head at
+        torch.nn.init.normal_(model.net.head[1].lins[-1].weight)  # zero: give it weights, so
+        # the paths' scores differ where the network's do (as a trained model's would)
     gt = model.prepare(make(rng, num_nodes=nodes, num_configs=configs, name="bench"))
     sets = config_sets(gt, kind, configs, rng)
     net = model.net

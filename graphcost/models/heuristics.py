@@ -62,12 +62,19 @@ class Heuristic(RankingNet):
         return "training-free: nothing fitted, no optimiser steps"
 
 
+def layout_codes(entries: Tensor) -> Tensor:
+    """(..., 3, 6) minor-to-major entries (−1..5) → (..., 3): each role's six entries as
+    one exact number, Σ (e_i + 1)·7^i, 0 for all −1 (compare one number, not six)."""
+    powers = 7.0 ** torch.arange(6, device=entries.device)
+    return (entries.to(torch.float32) + 1) @ powers
+
+
 def moved_layouts(config: Tensor) -> Tensor:
     """(C, K, 3) from layout configs (C, K, 18): 1 where a config sets the layout of role
     r (output, input, kernel) of configurable node k, i.e. any of its 6 minor-to-major
     entries is not −1."""
     c, k, _ = config.shape
-    return (config.reshape(c, k, 3, 6) != -1).any(-1).float()
+    return (layout_codes(config.reshape(c, k, 3, 6)) != 0).float()
 
 
 def changed_layouts(config: Tensor, own: Tensor) -> Tensor:
@@ -75,8 +82,8 @@ def changed_layouts(config: Tensor, own: Tensor) -> Tensor:
     of the same tensors (−1 padded): 1 where a config sets role r of node k to another
     order than the one its tensor has in the graph."""
     c, k, _ = config.shape
-    v = config.reshape(c, k, 3, 6)
-    return ((v != -1).any(-1) & (v != own.to(v.dtype)).any(-1)).float()
+    codes = layout_codes(config.reshape(c, k, 3, 6))
+    return ((codes != 0) & (codes != layout_codes(own))).float()
 
 
 def per_graph(b: Batch, moved: Tensor, weight: Tensor) -> Tensor:

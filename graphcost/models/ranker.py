@@ -401,9 +401,9 @@ class Ranker(RankingNet):
         if embed_fast is None or not self._graph_once:  # no node state per config
             chunk_size = chunk_limit(segments.largest, chunk_size)
 
-        def embed(chunk: np.ndarray) -> Tensor:
+        def embed(chunk: np.ndarray, configs: Tensor | None = None) -> Tensor:
             if embed_fast is not None:
-                return embed_fast(g.configs(chunk))
+                return embed_fast(g.configs(chunk) if configs is None else configs)
             return segments.encode(self, chunk)
 
         def chunks(a: np.ndarray) -> list[np.ndarray]:
@@ -418,8 +418,9 @@ class Ranker(RankingNet):
         for chunk in chunks(ids):
             own = torch.as_tensor(chunk, device=dev)[:, None]
             same = [(own == rid[None, :]).unsqueeze(0) for rid in rids]
-            prior = 0 if self.prior is None else self.prior.scores(g, g.configs(chunk)).cpu()
-            out.append(self._head_against(embed(chunk), states, same) + prior)
+            configs = None if self.prior is None else g.configs(chunk)  # read once for both
+            prior = 0 if configs is None else self.prior.scores(g, configs).cpu()
+            out.append(self._head_against(embed(chunk, configs), states, same) + prior)
         return torch.cat(out) if out else torch.zeros(0)
 
     def config_scorer(self, g: GraphTensors, chunk_size: int = 1024,
