@@ -49,7 +49,7 @@ def test_graphcost_beside_the_official_spread(bundled_like):
     root, official = bundled_like
     result = bench_baselines(root, seeds=[0], collections=["layout/cpu/default"],
                              official=official)
-    (entry,) = result["table"]
+    (entry,) = result.table
     ours, theirs = entry["graphcost"], entry["official"]
     assert theirs["spread"] == [-1.0, 1.0] and theirs["mean"] == pytest.approx(0.0)
     assert -1.0 <= ours["mean"] <= 1.0 and entry["mean_inside_range"]

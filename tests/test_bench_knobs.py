@@ -32,7 +32,7 @@ def core() -> int:
     return min(os.sched_getaffinity(0))
 
 
-def run(out, rounds: int = 2, knobs=KNOBS) -> tuple[dict, list[str]]:
+def run(out, rounds: int = 2, knobs=KNOBS) -> tuple[bench.KnobsResult, list[str]]:
     said: list[str] = []
     result = bench.bench_knobs(out, [FAMILY], 1, knobs, protocol(rounds), core(), said.append)
     return result, said
@@ -55,8 +55,8 @@ def first(tmp_path_factory):
 
 def test_every_single_knob_change_is_compiled_and_has_a_status(first):
     out, result, said = first
-    assert len(KNOBS) == 3 and result["programs"] == [PROGRAM]
-    (row,) = result["rows"]
+    assert len(KNOBS) == 3 and result.programs == [PROGRAM]
+    (row,) = result.rows
     assert row["default"]["status"] == "ok" and len(row["default"]["rounds_ns"]) == 2
     wanted = [bench.choice_label(k, c) for k, c, _ in bench.single_knob_configs(KNOBS)]
     assert [c["label"] for c in row["configs"]] == wanted
@@ -77,8 +77,8 @@ def test_every_single_knob_change_is_compiled_and_has_a_status(first):
 
 def test_summary_counts_follow_from_the_rows(first):
     _, result, _ = first
-    s = result["summary"]
-    (row,) = result["rows"]
+    s = result.summary
+    (row,) = result.rows
     assert s["programs"] == s["timed"] == 1 and s["default_failed"] == []
     for c in row["configs"]:
         ok = "speedup" in c
@@ -113,13 +113,13 @@ def test_a_rerun_reuses_the_stored_rows_and_another_protocol_times_again(first, 
     with monkeypatch.context() as m:
         m.setattr(bench, "time_program", never)
         again, said = run(out)
-    assert again["rows"] == result["rows"] and (out / "knobs.json").read_bytes() == stored
+    assert again.rows == result.rows and (out / "knobs.json").read_bytes() == stored
     assert len(said) == 1 and "reused" in said[0]
-    assert again["summary"] == json.loads(json.dumps(result["summary"]))
+    assert again.summary == json.loads(json.dumps(result.summary))
 
     retimed, said = run(out, rounds=3)
     assert "reused" not in said[0]
-    assert len(retimed["rows"][0]["default"]["rounds_ns"]) == 3
+    assert len(retimed.rows[0]["default"]["rounds_ns"]) == 3
     assert json.loads((out / "knobs.json").read_text())[PROGRAM]["spec"]["protocol"][
         "rounds"] == 3
 

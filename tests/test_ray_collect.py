@@ -186,10 +186,10 @@ def test_cli_refuses_ray_with_the_pipeline_and_without_ray(tmp_path, monkeypatch
 def test_bench_collect_times_one_and_two_ray_workers_on_the_same_graphs(ray_cluster):
     s = bench_collect(["mlp"], 1, ["layout:random", "options"], 2, FAST,
                       modes=["ray:1", "ray:2", "off:1"])
-    rows = {r["mode"]: r for r in s["rows"]}
+    rows = {r["mode"]: r for r in s.rows}
     assert set(rows) == {"ray:1", "ray:2", "off:1"}
     assert all(r["graphs"] == 2 and r["samples"] == 4 for r in rows.values())
-    assert s["ray:1"]["speedup"] == 1.0 and s["ray:2"]["speedup"] > 0
-    assert s["off:1"]["noise_diff"] is not None  # paired over the same graphs
+    assert s.per_mode["ray:1"]["speedup"] == 1.0 and s.per_mode["ray:2"]["speedup"] > 0
+    assert s.per_mode["off:1"]["noise_diff"] is not None  # paired over the same graphs
     with pytest.raises(UserError, match="unknown mode 'ray:x'"):
         bench_collect(["mlp"], 1, ["options"], 2, FAST, modes=["ray:x"])

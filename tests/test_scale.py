@@ -2,7 +2,13 @@ import numpy as np
 import pytest
 import torch
 
-from graphcost.bench.scale import format_scale, growth_exponent, make_graph_file, measure
+from graphcost.bench.scale import (
+    ScaleResult,
+    format_scale,
+    growth_exponent,
+    make_graph_file,
+    measure,
+)
 from graphcost.data.synthetic import layout_runtime, make_large_layout_graph
 from graphcost.formats import read_graph
 from graphcost.formats.validate import validate_graph
@@ -38,8 +44,8 @@ def test_measure_reports_every_mode_or_skips_over_budget(tmp_path):
     assert pruned["nodes_trained"] < 400
     skipped = measure(path, "full", configs=8, steps=1, memory_budget="1M")
     assert "mode=gst" in skipped["skipped"]
-    text = format_scale({"rows": [gst, pruned, skipped],
-                         "growth": {"gst": {"peak_rss": 0.1, "seconds_per_step": 0.2}}})
+    text = format_scale(ScaleResult(rows=[gst, pruned, skipped],
+                                    growth={"gst": {"peak_rss": 0.1, "seconds_per_step": 0.2}}))
     assert "skipped" in text and "k=0.10" in text
 
 

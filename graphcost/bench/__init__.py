@@ -1,12 +1,25 @@
 """Every `graphcost bench` benchmark, one module each; the modules import none of each
-other. What several of them share, measuring a step of this very process, is here."""
+other. What several of them share, measuring a step of this very process and the base of
+their results, is here."""
 
 from __future__ import annotations
 
+import dataclasses
 import time
 from collections.abc import Callable
+from typing import Any
 
 import psutil
+
+
+class BenchResult:
+    """Base of the dataclass each benchmark's entry function returns, so that its
+    signature says what the benchmark holds; `to_json` is what `--json` writes."""
+
+    def to_json(self) -> dict[str, Any]:
+        """The fields as one JSON object, in their order (a dataclass field as an object
+        too): the dict the benchmark returned before it had a result type."""
+        return dataclasses.asdict(self)  # every subclass is a dataclass
 
 
 def _reset_peak() -> None:

@@ -10,9 +10,12 @@ from __future__ import annotations
 
 import time
 from collections.abc import Callable, Sequence
+from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
+
+from graphcost.bench import BenchResult
 
 
 def per_call_us(run: Callable[[], Any], calls: int) -> float:
@@ -68,8 +71,19 @@ def moved_parameter_config(name: str, fn: Callable, args: Sequence[Any],
     return None
 
 
+@dataclass
+class ApplyResult(BenchResult):
+    """`bench apply`'s figures: a `compare_calls` row per (program, config) and the
+    geometric mean of their apply / tuned-jit ratios."""
+
+    rows: list[dict[str, Any]]
+    calls: int  # calls per round
+    rounds: int
+    geomean_ratio: float
+
+
 def bench_apply(programs: Sequence[str], calls: int = 200, rounds: int = 5,
-                on_row: Callable[[dict], None] | None = None) -> dict:
+                on_row: Callable[[dict], None] | None = None) -> ApplyResult:
     """Rows per (program, config): µs per call of jit and of apply, and their ratio."""
     from graphcost.autotune.program import load_target
 
@@ -88,8 +102,8 @@ def bench_apply(programs: Sequence[str], calls: int = 200, rounds: int = 5,
             if on_row:
                 on_row(row)
     ratios = [r["ratio"] for r in rows]
-    return {"rows": rows, "calls": calls, "rounds": rounds,
-            "geomean_ratio": float(np.exp(np.mean(np.log(ratios))))}
+    return ApplyResult(rows=rows, calls=calls, rounds=rounds,
+                       geomean_ratio=float(np.exp(np.mean(np.log(ratios)))))
 
 
 HEADER = (f"{'program':<18} {'config':<24} {'tuned jit':>9} {'apply':>8} {'ratio':>6} "
@@ -102,7 +116,8 @@ def format_row(r: dict) -> str:
             f"{r['apply_unplaced_us']:>14.1f}")
 
 
-def format_apply(result: dict) -> str:
+def format_apply(result: ApplyResult) -> str:
+    """The geometric-mean ratio and how it was timed."""
     return (f"apply / jax.jit of the same tuned program, per call, geometric mean over rows: "
-            f"{result['geomean_ratio']:.2f} (arguments placed once with run.place; best of "
-            f"{result['rounds']} alternating rounds of {result['calls']} calls)")
+            f"{result.geomean_ratio:.2f} (arguments placed once with run.place; best of "
+            f"{result.rounds} alternating rounds of {result.calls} calls)")

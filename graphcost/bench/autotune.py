@@ -18,12 +18,14 @@ from __future__ import annotations
 import math
 import time
 from collections.abc import Callable, Sequence
+from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
 
 from graphcost.autotune.program import pinned
 from graphcost.autotune.tune import autotune
+from graphcost.bench import BenchResult
 from graphcost.kinds import graph_kind_of
 from graphcost.stats import geomean, geomean_ci
 from graphcost.xla.programs import FAMILIES, family_of, make_program
@@ -126,11 +128,26 @@ def programs_to_tune(model_info: dict[str, Any], per_family: int = 1,
     return held_out_programs(seen, per_family, families or None)
 
 
+@dataclass
+class AutotuneResult(BenchResult):
+    """`bench autotune`'s figures: per-program rows and their geometric means, and how
+    they were made."""
+
+    model: dict[str, Any]  # where the model came from (`choose_model`'s info)
+    rows: list[dict[str, Any]]  # one per program ({"program", "skipped"} where it failed)
+    summary: dict[str, Any]  # geometric means with 95% intervals over the programs
+    batches: int
+    protocol: dict[str, Any]  # the timing protocol's fields
+    samples: int | None
+    evaluations: int | None
+    core: int | None  # the core timings were pinned to
+
+
 def bench_autotune(programs: Sequence[str], model: Any, model_info: dict[str, Any], k: int = 5,
                    samples: int | None = None, evaluations: int | None = None,
                    protocol: Protocol | None = None, seed: int = 0, core: int | None = None,
                    confirm_rounds: int = 5, batches: int = 1,
-                   log: Callable[[str], Any] | None = None) -> dict[str, Any]:
+                   log: Callable[[str], Any] | None = None) -> AutotuneResult:
     """Autotune each program; per-program figures (from each program's confirmation
     round) and their geometric means with 95% intervals over programs."""
     say = log or (lambda _msg: None)
@@ -176,19 +193,19 @@ def bench_autotune(programs: Sequence[str], model: Any, model_info: dict[str, An
         "cached_per_s": float(np.mean([r["cached_per_s"] for r in done])) if done else None,
         "uncached_per_s": float(np.mean([r["uncached_per_s"] for r in done])) if done else None,
     }
-    return {"model": model_info, "rows": rows, "summary": summary, "batches": batches,
-            "protocol": vars(protocol or AUTOTUNING), "samples": samples,
-            "evaluations": evaluations, "core": core}
+    return AutotuneResult(model=model_info, rows=rows, summary=summary, batches=batches,
+                          protocol=vars(protocol or AUTOTUNING), samples=samples,
+                          evaluations=evaluations, core=core)
 
 
-def format_bench(result: dict[str, Any]) -> str:
+def format_bench(result: AutotuneResult) -> str:
     """The per-program table and the geometric-mean summary line."""
-    lines = [f"model: {result['model']['source']}",
-             f"families seen in training: {', '.join(result['model']['families_seen'])}",
+    lines = [f"model: {result.model['source']}",
+             f"families seen in training: {', '.join(result.model['families_seen'])}",
              f"{'program':22} {'units':>5} {'default us':>10} {'chosen us':>9} {'rand us':>8} "
              f"{'vs def':>7} {'vs rand':>7} {'top-1':>6} {'tau':>6} {'cand/s':>8} "
              f"{'uncached':>8} {'spread':>6}"]
-    for r in result["rows"]:
+    for r in result.rows:
         if "skipped" in r:
             lines.append(f"{r['program']:22} skipped: {r['skipped'][:70]}")
             continue
@@ -197,7 +214,7 @@ def format_bench(result: dict[str, Any]) -> str:
                      f"{r['speedup_vs_default']:>6.3f}x {r['speedup_vs_random']:>6.3f}x "
                      f"{r['top1_speedup']:>5.3f}x {r['tau']:>6.3f} {r['cached_per_s']:>8.0f} "
                      f"{r['uncached_per_s']:>8.0f} {r['spread']:>6.3f}")
-    s = result["summary"]
+    s = result.summary
     if not s["programs"]:
         return "\n".join(lines + ["no program could be tuned"])
     d, r_ = s["geomean_speedup_vs_default"], s["geomean_speedup_vs_random"]

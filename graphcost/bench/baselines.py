@@ -23,10 +23,13 @@ import tempfile
 import time
 from collections.abc import Callable, Sequence
 from concurrent.futures import ProcessPoolExecutor
+from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 
+from graphcost.bench import BenchResult
 from graphcost.errors import UserError
 
 #: bundled collection → the official baselines that run on it
@@ -171,11 +174,21 @@ def compare(ours: dict, official: dict) -> dict:
             "ranges_overlap": bool(mine[0] <= hi and lo <= mine[1]), "speedup": ratio}
 
 
+@dataclass
+class BaselinesResult(BenchResult):
+    """`bench baselines`' table: per (collection, model), graphcost's runs summarised,
+    beside the official code's and `compare`d with them when there are some."""
+
+    root: str  # the folder holding npz/
+    seeds: list[int]
+    table: list[dict[str, Any]]  # collection, model, graphcost[, official, compare's keys]
+
+
 def bench_baselines(root: str | Path, seeds: Sequence[int] = (0, 1, 2),
                     collections: Sequence[str] | None = None,
                     models: Sequence[str] | None = None, official: str | Path | None = None,
                     jobs: int = 1, threads: int = 1,
-                    on_row: Callable[[dict], None] | None = None) -> dict:
+                    on_row: Callable[[dict], None] | None = None) -> BaselinesResult:
     """Rows (collection, model, seed) as they finish, then a summary per (collection,
     model), side by side with the official runs when `official` is given."""
     root = Path(root)
@@ -209,7 +222,7 @@ def bench_baselines(root: str | Path, seeds: Sequence[int] = (0, 1, 2),
             if "spread" in entry["graphcost"] and "spread" in entry["official"]:
                 entry.update(compare(entry["graphcost"], entry["official"]))
         table.append(entry)
-    return {"root": str(root), "seeds": list(seeds), "table": table}
+    return BaselinesResult(root=str(root), seeds=list(seeds), table=table)
 
 
 HEADER = f"{'collection':<20} {'model':<13} {'seed':>4} {'metric':>7} {'epochs':>6} " \
@@ -236,11 +249,11 @@ def _side(s: dict) -> str:
             f"{sec} s/epoch, {mb} MB{gone}")
 
 
-def format_baselines(result: dict) -> str:
+def format_baselines(result: BaselinesResult) -> str:
     """Per (collection, model): graphcost, the official code, their paired difference."""
     lines = ["mean over test graphs of the seed-averaged metric (layout τ, tile score), "
              "95% interval; seed means min–max"]
-    for e in result["table"]:
+    for e in result.table:
         lines.append(f"{e['collection']} {e['model']}")
         lines.append(f"  graphcost  {_side(e['graphcost'])}")
         if "official" in e and "difference" not in e:
@@ -257,7 +270,7 @@ def format_baselines(result: dict) -> str:
     return "\n".join(lines)
 
 
-def plot_curves(result: dict, path: str | Path) -> Path:
+def plot_curves(result: BaselinesResult, path: str | Path) -> Path:
     """Validation OPA per epoch of every run, graphcost and official side by side, one
     panel per (collection, model): do the two learn at the same pace?"""
     import matplotlib
@@ -265,7 +278,7 @@ def plot_curves(result: dict, path: str | Path) -> Path:
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    table = result["table"]
+    table = result.table
     cols = min(4, len(table))
     rows = -(-len(table) // cols)
     fig, axes = plt.subplots(rows, cols, figsize=(4 * cols, 3.2 * rows), squeeze=False)

@@ -19,11 +19,13 @@ from __future__ import annotations
 
 import tempfile
 from collections.abc import Callable, Sequence
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 
+from graphcost.bench import BenchResult
 from graphcost.errors import UserError
 from graphcost.stats import bootstrap_ci
 from graphcost.xla.collect import collect
@@ -44,10 +46,24 @@ def mode_settings(mode: str, workers: int) -> dict[str, Any]:
     return {"workers": int(count) if sep else workers, **MODES[name]}
 
 
+@dataclass
+class CollectResult(BenchResult):
+    """`bench collect`'s figures: a row per (repeat, mode) and each mode's summary."""
+
+    rows: list[dict[str, Any]]
+    modes: list[str]  # the first is the baseline of `speedup` and `noise_diff`
+    per_mode: dict[str, dict[str, Any]]  # samples_per_min, speedup, noise_tau, noise_diff
+
+    def to_json(self) -> dict[str, Any]:
+        """`rows`, `modes`, then each mode's summary under its own name, as the JSON
+        was before (a mode is never called `rows` or `modes`: `mode_settings`)."""
+        return {"rows": self.rows, "modes": self.modes, **self.per_mode}
+
+
 def bench_collect(families: Sequence[str], per_family: int, kinds: Sequence[str],
                   num_configs: int, protocol: Protocol, repeats: int = 1,
                   workers: int = 0, modes: Sequence[str] = ("off", "on"),
-                  on_row: Callable[[dict], Any] | None = None) -> dict:
+                  on_row: Callable[[dict], Any] | None = None) -> CollectResult:
     """Collect the same programs `repeats` times per mode into temporary folders."""
     if not modes:
         raise UserError(f"no mode given; choose from {list(MODES)}")
@@ -76,7 +92,7 @@ def bench_collect(families: Sequence[str], per_family: int, kinds: Sequence[str]
             rows.append(row)
             if on_row:
                 on_row(row)
-    summary: dict[str, Any] = {"rows": rows, "modes": list(modes)}
+    summary: dict[str, dict[str, Any]] = {}
     base = modes[0]
     for mode in modes:
         mine = [r for r in rows if r["mode"] == mode]
@@ -89,7 +105,7 @@ def bench_collect(families: Sequence[str], per_family: int, kinds: Sequence[str]
     for mode in modes:
         summary[mode]["speedup"] = (summary[mode]["samples_per_min"]
                                     / summary[base]["samples_per_min"])
-    return summary
+    return CollectResult(rows=rows, modes=list(modes), per_mode=summary)
 
 
 HEADER = f"{'mode':8} {'rep':>3} {'graphs':>6} {'samples':>7} {'minutes':>7} " \
@@ -103,9 +119,10 @@ def format_row(r: dict) -> str:
             f"[{low:.3f}, {high:.3f}]")
 
 
-def format_collect(s: dict) -> str:
-    base, lines = s["modes"][0], []
-    for m in s["modes"]:
+def format_collect(result: CollectResult) -> str:
+    """One line per mode: samples/min against the first mode, and the noise ceiling."""
+    base, lines, s = result.modes[0], [], result.per_mode
+    for m in result.modes:
         tau, diff = s[m]["noise_tau"], s[m]["noise_diff"]
         line = (f"mode {m}: {s[m]['samples_per_min']:.1f} samples/min "
                 f"({s[m]['speedup']:.2f}x {base}), noise ceiling τ {tau[0]:.3f} "

@@ -47,6 +47,7 @@ import numpy as np
 from graphcost.autotune.headroom import STRATEGIES, summarize_rows
 from graphcost.autotune.search import best_of, top_picks
 from graphcost.autotune.tune import SAMPLES, clearly_faster
+from graphcost.bench import BenchResult
 from graphcost.data.collection import open_collection
 from graphcost.data.families import family_of
 from graphcost.errors import UserError
@@ -348,6 +349,26 @@ def _manifest_spec(root: Path) -> dict[str, Any]:
     return {"seed": int(spec.get("seed", 0)), "num_configs": int(spec.get("num_configs", 24))}
 
 
+@dataclasses.dataclass
+class FamiliesResult(BenchResult):
+    """`bench families`' table: every program's row (stored picks, confirmed speed-ups with
+    `confirm`), their summary per family and headroom, and how they were made."""
+
+    collection: str
+    data: str  # the collection's folder, resolved
+    model: str
+    seeds: list[int]
+    k: int
+    folds: int
+    portfolio: str  # the rule that reads no program, best of `PORTFOLIOS`
+    protocol: dict[str, Any] | None  # the confirmation's timing protocol; None: stored only
+    core: int | None
+    rows: list[dict[str, Any]]  # `program_row`s, `confirm_row`s with `confirm`
+    samples: int  # the search strategy's fresh configs
+    evaluations: int
+    summary: dict[str, Any]  # `headroom.summarize_rows`
+
+
 def bench_families(data: str | Path, out: str | Path, model: str = "ranker",
                    seeds: Sequence[int] = (0, 1, 2), k: int = 5, folds: int = 5,
                    settings: TrainSettings | None = None,
@@ -356,7 +377,7 @@ def bench_families(data: str | Path, out: str | Path, model: str = "ranker",
                    evaluations: int | None = None,
                    protocol: Protocol | None = None,
                    core: int | None = None,
-                   log: Callable[[str], Any] | None = None) -> dict[str, Any]:
+                   log: Callable[[str], Any] | None = None) -> FamiliesResult:
     """The leave-family-out autotuning table of one collection (see the module
     docstring). Fold models and confirmed rows are kept under `out`, so an interrupted
     run resumes where it stopped."""
@@ -389,11 +410,11 @@ def bench_families(data: str | Path, out: str | Path, model: str = "ranker",
         rows = confirm_rows(rows, coll, out, protocol, core, k, say,
                             fold_model(model_runs[0]) if search else None, samples,
                             evaluations)
-    return {"collection": coll.name, "data": str(Path(data).resolve()), "model": model,
-            "seeds": list(seeds), "k": k, "folds": folds, "portfolio": portfolio["model"],
-            "protocol": vars(protocol) if confirm else None, "core": core, "rows": rows,
-            "samples": samples, "evaluations": evaluations,
-            "summary": summarize_rows(rows)}
+    return FamiliesResult(collection=coll.name, data=str(Path(data).resolve()), model=model,
+                          seeds=list(seeds), k=k, folds=folds, portfolio=portfolio["model"],
+                          protocol=vars(protocol) if confirm else None, core=core, rows=rows,
+                          samples=samples, evaluations=evaluations,
+                          summary=summarize_rows(rows))
 
 
 def fold_model(run: dict[str, Any]) -> Callable[[str], Any]:

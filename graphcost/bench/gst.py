@@ -32,9 +32,11 @@ import time
 from collections.abc import Callable, Sequence
 from concurrent.futures import ProcessPoolExecutor
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 
+from graphcost.bench import BenchResult
 from graphcost.errors import UserError
 from graphcost.stats import paired_difference
 
@@ -56,6 +58,15 @@ class GstBenchSpec:
     seed: int = 0  # the synthetic graphs' seed and the first training seed
     repeats: int = 1  # trainings per variant, seeds seed, seed + 1, …
     threads: int = 1
+
+
+@dataclasses.dataclass
+class GstResult(BenchResult):
+    """`bench gst`'s figures: what every variant trained on, and one `combine` row per
+    variant, compared with `full` where it ran (`inside_full_ci`, `diff`, `head_effect`)."""
+
+    spec: GstBenchSpec
+    rows: list[dict[str, Any]]  # in the order the variants were asked for
 
 
 def parse_variant(name: str) -> dict:
@@ -152,7 +163,7 @@ def _segments(model, graphs: Sequence, size: int) -> float:
 
 
 def bench_gst(variants: Sequence[str], spec: GstBenchSpec, jobs: int = 1,
-              on_row: Callable[[dict], None] | None = None) -> dict:
+              on_row: Callable[[dict], None] | None = None) -> GstResult:
     """Rows per variant, compared with the `full` row when there is one."""
     for v in variants:
         parse_variant(v)
@@ -176,7 +187,7 @@ def bench_gst(variants: Sequence[str], spec: GstBenchSpec, jobs: int = 1,
         base = row["variant"].removesuffix("-nohead")
         if row["variant"].endswith("-nohead") and base in rows:
             rows[base]["head_effect"] = paired_difference(rows[base]["taus"], row["taus"])
-    return {"spec": dataclasses.asdict(spec), "rows": [rows[v] for v in variants]}
+    return GstResult(spec=spec, rows=[rows[v] for v in variants])
 
 
 HEADER = (f"{'variant':<17} {'segments':>8} {'held-out tau [95% CI]':>24} {'in full CI':>10} "
@@ -192,9 +203,10 @@ def format_row(r: dict) -> str:
             f"{r['epochs']:>6} {r['best_epoch']:>7} {r['seconds']:>8.0f}")
 
 
-def format_gst(result: dict) -> str:
-    lines = [HEADER, *(format_row(r) for r in result["rows"])]
-    for r in result["rows"]:
+def format_gst(result: GstResult) -> str:
+    """The table again, whole, then each variant's head effect, seeds and head epochs."""
+    lines = [HEADER, *(format_row(r) for r in result.rows)]
+    for r in result.rows:
         if "head_effect" in r:
             m, lo, hi = r["head_effect"]
             lines.append(f"head fine-tuning effect on {r['variant']}: {m:+.3f} τ "

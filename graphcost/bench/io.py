@@ -12,11 +12,13 @@ import os
 import tempfile
 import time
 from collections.abc import Callable
+from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 
-from graphcost.bench import measure_call
+from graphcost.bench import BenchResult, measure_call
 from graphcost.data.inspect import summarize, validate_paths
 from graphcost.data.synthetic import make_layout_graph
 from graphcost.formats import LayoutGraph, read_graph, write_graph
@@ -33,10 +35,22 @@ def big_layout_graph(num_configs: int, num_configurable: int, seed: int = 0) -> 
     return g
 
 
+@dataclass
+class IoResult(BenchResult):
+    """`bench io`'s figures: one row per measured step (step, runs, seconds, peak_mib,
+    private_mib)."""
+
+    rows: list[dict[str, Any]]
+
+    def to_json(self) -> list[dict[str, Any]]:  # type: ignore[override]
+        """The rows alone, a bare JSON list: what `bench_io` returned before."""
+        return self.rows
+
+
 def bench_io(num_configs: int = 100_000, num_configurable: int = 64, reads: int = 64,
              scan_files: int = 200, repeats: int = 5,
-             log: Callable[[str], None] = print) -> list[dict]:
-    """Run the benchmark in a temporary folder; return one row per measured step."""
+             log: Callable[[str], None] = print) -> IoResult:
+    """Run the benchmark in a temporary folder; one row per measured step."""
     rows: list[dict] = []
     rng = np.random.default_rng(1)
     saved_cache = os.environ.get("GRAPHCOST_CACHE")
@@ -49,7 +63,7 @@ def bench_io(num_configs: int = 100_000, num_configurable: int = 64, reads: int 
                 os.environ.pop("GRAPHCOST_CACHE", None)
             else:
                 os.environ["GRAPHCOST_CACHE"] = saved_cache
-    return rows
+    return IoResult(rows)
 
 
 def _run(tmp: str, rows: list[dict], rng: np.random.Generator, num_configs: int,

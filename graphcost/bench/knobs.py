@@ -22,6 +22,7 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
+from graphcost.bench import BenchResult
 from graphcost.errors import UserError
 from graphcost.xla.configs import CANDIDATE_KNOBS, OPTION_KNOBS, Knob, compiler_options
 from graphcost.xla.timing import ConfigResult, Protocol
@@ -189,10 +190,24 @@ def summarize_knobs(rows: Sequence[dict[str, Any]], knobs: Sequence[Knob]) -> di
             "per_value": per_value, "per_family": per_family, "verdicts": verdicts}
 
 
+@dataclasses.dataclass
+class KnobsResult(BenchResult):
+    """`bench knobs`' figures: every program's `time_program` row, their summary per
+    family and knob value, and how they were timed."""
+
+    programs: list[str]
+    protocol: dict[str, Any]  # the timing protocol's fields
+    core: int | None
+    knobs: list[list[Any]]  # `knob_spec`
+    worth: float  # the speed-up worth a place in a search space (`WORTH`)
+    rows: list[dict[str, Any]]  # as OUT/knobs.json holds them, by program
+    summary: dict[str, Any]  # `summarize_knobs`
+
+
 def bench_knobs(out: str | Path, families: Sequence[str] = (), per_family: int = 2,
                 knobs: Sequence[Knob] = OPTION_KNOBS + CANDIDATE_KNOBS,
                 protocol: Protocol | None = None, core: int | None = None,
-                log: Callable[[str], Any] | None = None) -> dict[str, Any]:
+                log: Callable[[str], Any] | None = None) -> KnobsResult:
     """Every single-knob change of the first `per_family` programs of each family (all
     families when none are given), timed against the default; see the module docstring."""
     from graphcost.xla.programs import zoo_names
@@ -207,9 +222,9 @@ def bench_knobs(out: str | Path, families: Sequence[str] = (), per_family: int =
         raise UserError(f"knob names must differ, got {[k.name for k in knobs]}")
     programs = zoo_names(per_family, families=list(families) or None)  # UserError if unknown
     rows = knob_rows(programs, Path(out), knobs, protocol, core, log or (lambda _msg: None))
-    return {"programs": programs, "protocol": dataclasses.asdict(protocol), "core": core,
-            "knobs": knob_spec(knobs), "worth": WORTH, "rows": rows,
-            "summary": summarize_knobs(rows, knobs)}
+    return KnobsResult(programs=programs, protocol=dataclasses.asdict(protocol), core=core,
+                       knobs=knob_spec(knobs), worth=WORTH, rows=rows,
+                       summary=summarize_knobs(rows, knobs))
 
 
 def _shown(f: dict[str, Any]) -> bool:
@@ -224,11 +239,11 @@ def _x(v: float | None, width: int) -> str:  # a speed-up, or - where nothing ra
     return f"{v:>{width - 1}.3f}x" if v is not None else f"{'-':>{width}}"
 
 
-def format_knobs(result: dict[str, Any]) -> str:
+def format_knobs(result: KnobsResult) -> str:
     """Per family, the knob values that move it (`_shown`); per knob value, counts over
     all programs; per knob, a verdict."""
-    s = result["summary"]
-    lines = [f"{s['timed']} of {s['programs']} programs timed in {result['protocol']['rounds']} "
+    s = result.summary
+    lines = [f"{s['timed']} of {s['programs']} programs timed in {result.protocol['rounds']} "
              "rounds; speed-up = default/config, geometric mean over a family's programs;",
              f"shown: >= {WORTH:.2f}x or <= {1 / WORTH:.2f}x with a program beyond "
              "noise (95% interval) that way, or failing",

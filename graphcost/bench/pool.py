@@ -31,6 +31,7 @@ import numpy as np
 from graphcost.autotune.costmodel import CostModel, learn_picks
 from graphcost.autotune.program import Tunable, measure, prepare
 from graphcost.autotune.search import best_of, top_picks
+from graphcost.bench import BenchResult
 from graphcost.kinds import space_of
 from graphcost.stats import (
     expected_best_of_random,
@@ -108,10 +109,24 @@ def pool_program(t: Tunable, model: Any, pool_size: int, k: int, batches: int,
             "confirm_rounds": confirm_rounds}
 
 
+@dataclasses.dataclass
+class PoolResult(BenchResult):
+    """`bench pool`'s figures: per-program `pool_program` rows and their geometric means,
+    and how they were made."""
+
+    model: dict[str, Any]  # where the model came from (`choose_model`'s info)
+    rows: list[dict[str, Any]]  # one per program ({"program", "skipped"} where it failed)
+    summary: dict[str, Any]  # `pool_summary`
+    pool: int  # configs sampled per program
+    protocol: dict[str, Any]  # the timing protocol's fields
+    seed: int
+    core: int | None  # the core timings were pinned to
+
+
 def bench_pool(programs: Sequence[str], model: Any, model_info: dict[str, Any],
                pool_size: int = 48, k: int = 5, batches: int = 2,
                protocol: Protocol | None = None, confirm_rounds: int = 5, seed: int = 0,
-               core: int | None = None, log: Callable[[str], Any] | None = None) -> dict[str, Any]:
+               core: int | None = None, log: Callable[[str], Any] | None = None) -> PoolResult:
     """Every program's pool figures and their geometric means over programs (95% t
     intervals over programs, on the log scale)."""
     from graphcost.models.model import as_model
@@ -134,8 +149,8 @@ def bench_pool(programs: Sequence[str], model: Any, model_info: dict[str, Any],
         rows.append(row)
         say(format_row(row))
     summary = pool_summary(rows, k, batches)
-    return {"model": model_info, "rows": rows, "summary": summary, "pool": pool_size,
-            "protocol": dataclasses.asdict(protocol), "seed": seed, "core": core}
+    return PoolResult(model=model_info, rows=rows, summary=summary, pool=pool_size,
+                      protocol=dataclasses.asdict(protocol), seed=seed, core=core)
 
 
 def pool_summary(rows: list[dict[str, Any]], k: int, batches: int) -> dict[str, Any]:
@@ -174,21 +189,21 @@ def format_row(r: dict[str, Any]) -> str:
             f"{r['tau']:.3f}; unseen {r['tau_unseen_before']:.3f} -> {r['tau_unseen_after']:.3f}")
 
 
-def format_pool(result: dict[str, Any]) -> str:
+def format_pool(result: PoolResult) -> str:
     """The per-program lines and the geometric means with their intervals."""
-    s = result["summary"]
+    s = result.summary
 
     def ci(name: str) -> str:
         v = s[name]
         return f"{v[0]:.3f} [{v[1]:.3f}, {v[2]:.3f}]"
 
-    lines = [f"model: {result['model']['source']}"]
+    lines = [f"model: {result.model['source']}"]
     lines += [format_row(r) if "skipped" not in r else f"{r['program']:20} skipped: "
-              f"{r['skipped'][:70]}" for r in result["rows"]]
+              f"{r['skipped'][:70]}" for r in result.rows]
     if not s["programs"]:
         return "\n".join(lines + ["no program could be tuned"])
     lines += [
-        f"{s['programs']} programs, pool of {result['pool']}, K = {s['k']}, learn in "
+        f"{s['programs']} programs, pool of {result.pool}, K = {s['k']}, learn in "
         f"{s['batches']} batches; geometric means, 95% intervals over programs",
         f"pool round, speed-up vs default: pool best {ci('pool_vs_default')}, model "
         f"{ci('model_vs_default')}, learn {ci('learn_vs_default')}, random-K expected "

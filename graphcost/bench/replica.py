@@ -39,12 +39,14 @@ import time
 from collections.abc import Callable, Sequence
 from dataclasses import asdict, dataclass
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 from scipy.optimize import brentq
 from scipy.special import ndtri
 
 from graphcost.atomic import write_json
+from graphcost.bench import BenchResult
 from graphcost.errors import UserError
 
 SPLITS = ("train", "valid", "test")
@@ -303,9 +305,21 @@ def disk_bytes(path: Path) -> int:
     return sum(f.stat().st_size for f in path.rglob("*") if f.is_file()) if path.exists() else 0
 
 
+@dataclass
+class ReplicaResult(BenchResult):
+    """`bench replica`'s figures: a `summarise` row per collection, this run's and those
+    an earlier run in the same OUT measured."""
+
+    rows: dict[str, dict[str, Any]]  # collection name -> its row
+
+    def to_json(self) -> dict[str, dict[str, Any]]:
+        """The rows by collection name: what OUT/replica.json holds."""
+        return self.rows
+
+
 def bench_replica(names: Sequence[str], out: str | Path, per_split: int = 2, epochs: int = 1,
                   sets: Sequence[str] = (), seed: int = 0, keep: bool = False,
-                  log: Callable[[str], None] = print) -> dict:
+                  log: Callable[[str], None] = print) -> ReplicaResult:
     """Write each collection's replica (default: all five) under OUT/data and run the path
     on it, logging each step as it ends; its files and read cache (the largest things on
     disk) are removed after each collection unless `keep`. The rows go to
@@ -336,7 +350,7 @@ def bench_replica(names: Sequence[str], out: str | Path, per_split: int = 2, epo
         if not keep:  # both can be made again; the next collection needs the disk
             shutil.rmtree(work / "cache", ignore_errors=True)
             shutil.rmtree(collection_dir(root, name), ignore_errors=True)
-    return rows
+    return ReplicaResult(rows)
 
 
 def check_disk(out: Path, name: str, subset: Sequence[Shape]) -> None:
@@ -403,9 +417,11 @@ def format_step(r: StepResult) -> str:
     return f"{r.step:<28} {r.seconds:>8.1f} {r.peak_rss_mb:>12.0f}  {note}"
 
 
-def format_summary(rows: dict) -> str:
+def format_summary(result: ReplicaResult) -> str:
+    """Per collection: what was written, its worst peak, and the whole-collection
+    projections."""
     lines = []
-    for name, row in rows.items():
+    for name, row in result.rows.items():
         worst = max((s["peak_rss_mb"] for s in row["steps"]), default=float("nan"))
         g, p = row["graphs"], row["graphs_published"]
         lines.append(f"{name}: {sum(g.values())} of {sum(p.values())} graphs "

@@ -24,10 +24,13 @@ import tempfile
 import time
 from collections.abc import Callable, Sequence
 from concurrent.futures import ProcessPoolExecutor
+from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 
+from graphcost.bench import BenchResult
 from graphcost.errors import UserError
 
 MODES = ("full", "pruned", "gst", "gst-exact")
@@ -101,11 +104,20 @@ def growth_exponent(sizes: Sequence[float], values: Sequence[float]) -> float:
     return float(np.polyfit(x, y, 1)[0])
 
 
+@dataclass
+class ScaleResult(BenchResult):
+    """`bench scale`'s figures: a `measure` row per (size, mode) and, per mode, the
+    growth exponents of peak RSS and seconds per step (`growth_exponent`)."""
+
+    rows: list[dict[str, Any]]
+    growth: dict[str, dict[str, float]]  # mode -> {"peak_rss", "seconds_per_step"}
+
+
 def bench_scale(sizes: Sequence[int] = (1000, 10000, 50000, 200000),
                 modes: Sequence[str] = MODES, configs: int = 32, num_configs: int = 10000,
                 steps: int = 3, segment_size: int = 1000, memory_budget: str = "75%",
                 threads: int = 0, data_dir: str | Path | None = None,
-                on_row: Callable[[dict], None] | None = None) -> dict:
+                on_row: Callable[[dict], None] | None = None) -> ScaleResult:
     """Rows per (size, mode) and per-mode growth exponents of peak RSS and s/step;
     `on_row` sees each row as soon as it is measured (a big size takes minutes)."""
     bad = sorted(set(modes) - set(MODES))
@@ -138,7 +150,7 @@ def bench_scale(sizes: Sequence[int] = (1000, 10000, 50000, 200000),
                                         [r["peak_rss_mb"] for r in done]),
             "seconds_per_step": growth_exponent([r["nodes"] for r in done],
                                                 [r["seconds_per_step"] for r in done])}
-    return {"rows": rows, "growth": growth}
+    return ScaleResult(rows=rows, growth=growth)
 
 
 HEADER = (f"{'nodes':>8} {'mode':<9} {'trained':>8} {'peak RSS MB':>12} {'s/step':>9} "
@@ -152,10 +164,11 @@ def format_row(r: dict) -> str:
             f"{r['seconds_per_step']:>9.3f} {r['first_epoch_s']:>11.2f}")
 
 
-def format_scale(result: dict) -> str:
-    lines = [HEADER, *(format_row(r) for r in result["rows"]), ""]
+def format_scale(result: ScaleResult) -> str:
+    """The table again, whole, then each mode's growth exponents."""
+    lines = [HEADER, *(format_row(r) for r in result.rows), ""]
     lines.append("growth with graph size (exponent k of metric ∝ nodesᵏ):")
-    for mode, g in result["growth"].items():
+    for mode, g in result.growth.items():
         lines.append(f"  {mode:<9} peak RSS k={g['peak_rss']:.2f}   s/step "
                      f"k={g['seconds_per_step']:.2f}")
     return "\n".join(lines)

@@ -25,10 +25,14 @@ import multiprocessing as mp
 import time
 from collections.abc import Callable, Sequence
 from concurrent.futures import ProcessPoolExecutor
+from dataclasses import dataclass
+from typing import Any
 
 import numpy as np
 import torch
 from torch_geometric.nn import Linear as PygLinear
+
+from graphcost.bench import BenchResult
 
 MODELS = {"layout": ("ranker", "resgcn"), "tile": ("ranker", "sage-early", "sage-late")}
 
@@ -164,9 +168,20 @@ def measure_cell(kind: str, name: str, nodes: int, configs: int, repeats: int = 
     return row
 
 
+@dataclass
+class ScoreResult(BenchResult):
+    """`bench score`'s figures: one `measure_cell` row per (kind, model, graph size)."""
+
+    rows: list[dict[str, Any]]
+
+    def to_json(self) -> list[dict[str, Any]]:  # type: ignore[override]
+        """The rows alone, a bare JSON list: what `--json` wrote before."""
+        return self.rows
+
+
 def bench_score(kinds: Sequence[str] = ("layout", "tile"), models: Sequence[str] | None = None,
                 sizes: Sequence[int] = (1000, 10_000, 50_000), repeats: int = 2,
-                configs: int = 0, on_row: Callable[[dict], None] | None = None) -> list[dict]:
+                configs: int = 0, on_row: Callable[[dict], None] | None = None) -> ScoreResult:
     """One row per (kind, model, size), each measured in a fresh spawned process."""
     rows = []
     ctx = mp.get_context("spawn")
@@ -181,7 +196,7 @@ def bench_score(kinds: Sequence[str] = ("layout", "tile"), models: Sequence[str]
                 rows.append(row)
                 if on_row is not None:
                     on_row(row)
-    return rows
+    return ScoreResult(rows)
 
 
 HEADER = (f"{'kind':<6} {'model':<10} {'nodes':>6} {'scored':>6} {'configs':<8} {'thr':>3} "

@@ -9,10 +9,13 @@ import multiprocessing as mp
 import resource
 import time
 from concurrent.futures import ProcessPoolExecutor
+from dataclasses import dataclass
+from typing import Any
 
 import numpy as np
 import torch
 
+from graphcost.bench import BenchResult
 from graphcost.data.synthetic import make_layout_graph, make_tile_graph
 from graphcost.models.model import Model
 from graphcost.models.registry import model_names
@@ -55,9 +58,20 @@ def bench_one(name: str, kind: str, steps: int = 20, seed: int = 0,
     return row
 
 
+@dataclass
+class TrainResult(BenchResult):
+    """`bench train`'s figures: one `bench_one` row per (model, kind)."""
+
+    rows: list[dict[str, Any]]
+
+    def to_json(self) -> list[dict[str, Any]]:  # type: ignore[override]
+        """The rows alone, a bare JSON list: what `--json` wrote before."""
+        return self.rows
+
+
 def bench_train(models: list[str] | None = None, kinds: tuple[str, ...] = ("layout", "tile"),
                 steps: int = 20, seed: int = 0, sizes: tuple[int, ...] = (1000, 10000),
-                inference_configs: int = 128, threads: int = 0) -> list[dict]:
+                inference_configs: int = 128, threads: int = 0) -> TrainResult:
     """One row per (model, kind): the default ranker and every baseline of each kind."""
     rows = []
     ctx = mp.get_context("spawn")
@@ -68,11 +82,12 @@ def bench_train(models: list[str] | None = None, kinds: tuple[str, ...] = ("layo
             with ProcessPoolExecutor(max_workers=1, mp_context=ctx) as pool:
                 rows.append(pool.submit(bench_one, name, kind, steps, seed, sizes,
                                         inference_configs, threads).result())
-    return rows
+    return TrainResult(rows)
 
 
-def format_bench(rows: list[dict]) -> str:
+def format_bench(result: TrainResult) -> str:
     """One line per (model, kind) row, every figure in its own column."""
+    rows = result.rows
     keys = [k for k in rows[0] if k not in ("model", "kind")] if rows else []
     lines = ["model      kind    " + " ".join(f"{k:>24}" for k in keys)]
     for r in rows:

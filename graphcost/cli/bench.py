@@ -28,13 +28,13 @@ def bench() -> None:
 def _bench_table(header: str, format_row: Callable[[Any], str], summarise: Callable[[Any], str],
                  json_path: str | None, run: Callable[[Callable[[Any], None]], Any]) -> Any:
     """Print a benchmark's rows as they come (`run(on_row)`), then its summary (bad
-    settings raise UserError: a clean error); the result goes to `json_path` when one
-    is given."""
+    settings raise UserError: a clean error); the result (a `graphcost.bench.BenchResult`)
+    goes to `json_path` as its `to_json()` when one is given."""
     click.echo(header)
     result = run(lambda r: click.echo(format_row(r)))
     click.echo("\n" + summarise(result))
     if json_path:
-        write_json(result, json_path)
+        write_json(result.to_json(), json_path)
     return result
 
 
@@ -47,9 +47,9 @@ def bench_io_cmd(configs: int, configurable: int, reads: int, scan_files: int) -
     """Time and peak memory of lazy config reads and of scanning a collection."""
     from graphcost.bench.io import bench_io
 
-    rows = bench_io(configs, configurable, reads, scan_files, log=click.echo)
+    result = bench_io(configs, configurable, reads, scan_files, log=click.echo)
     click.echo(f"{'step':50} {'runs':>4} {'seconds':>9} {'peak MiB':>9} {'private MiB':>12}")
-    for r in rows:
+    for r in result.rows:
         click.echo(f"{r['step']:50} {r['runs']:4d} {r['seconds']:9.4f} {r['peak_mib']:9.1f} "
                    f"{r['private_mib']:12.2f}")
     click.echo("peak counts memory-mapped file pages (shared, droppable); private is "
@@ -69,11 +69,11 @@ def bench_train_cmd(models: tuple[str, ...], steps: int, configs: int, threads: 
     and peak RSS, for the default ranker and every baseline on the same synthetic data."""
     from graphcost.bench.train import bench_train, format_bench
 
-    rows = bench_train(list(models) or None, steps=steps, inference_configs=configs,
-                       threads=threads)
-    click.echo(format_bench(rows))
+    result = bench_train(list(models) or None, steps=steps, inference_configs=configs,
+                         threads=threads)
+    click.echo(format_bench(result))
     if json_path:
-        write_json(rows, json_path)
+        write_json(result.to_json(), json_path)
 
 
 @bench.command("score")
@@ -95,11 +95,11 @@ def bench_score_cmd(kinds: tuple[str, ...], models: tuple[str, ...], sizes: tupl
     from graphcost.bench.score import HEADER, bench_score, format_row
 
     click.echo(HEADER)
-    rows = bench_score(kinds or ("layout", "tile"), models or None,
-                       sizes or (1000, 10_000, 50_000), repeats, configs,
-                       on_row=lambda r: click.echo(format_row(r)))
+    result = bench_score(kinds or ("layout", "tile"), models or None,
+                         sizes or (1000, 10_000, 50_000), repeats, configs,
+                         on_row=lambda r: click.echo(format_row(r)))
     if json_path:
-        write_json(rows, json_path)
+        write_json(result.to_json(), json_path)
 
 
 def held_out_options(f: Callable) -> Callable:
@@ -160,10 +160,10 @@ def bench_autotune_cmd(model_path: str | None, data: str | None, kind: str, trai
                                   per_family, epochs, seed)
     result = bench_autotune(names, model, info, k, samples, evaluations, Protocol(warmup, runs),
                             seed, None, confirm_rounds, batches, log=click.echo)
-    result["core"] = core  # pinned above, for the whole process
+    result.core = core  # pinned above, for the whole process
     click.echo(format_bench(result))
     if json_path:
-        write_json(result, json_path)
+        write_json(result.to_json(), json_path)
 
 
 @bench.command("pool")
@@ -201,10 +201,10 @@ def bench_pool_cmd(model_path: str | None, data: str | None, kind: str, train_fa
     result = bench_pool(names, model, info, pool_size, k, batches,
                         Protocol(warmup, runs, rounds), confirm_rounds, seed, None,
                         log=click.echo)
-    result["core"] = core  # pinned above, for the whole process
+    result.core = core  # pinned above, for the whole process
     click.echo(format_pool(result))
     if json_path:
-        write_json(result, json_path)
+        write_json(result.to_json(), json_path)
 
 
 @bench.command("families")
@@ -265,9 +265,10 @@ def bench_families_cmd(data: str, out_dir: str, model_name: str, seeds: str, fol
                             comma_list(families), confirm, not no_search, samples, evaluations,
                             Protocol(warmup, runs, confirm_rounds, max_run_s), core,
                             log=click.echo)
-    click.echo(format_families(result))
+    table = result.to_json()  # `autotune.headroom` formats the JSON object
+    click.echo(format_families(table))
     if json_path:
-        write_json(result, json_path)
+        write_json(table, json_path)
 
 
 @bench.command("scale")
@@ -314,8 +315,8 @@ def bench_replica_cmd(collections: tuple[str, ...], out_dir: str, graphs: int, e
     RSS, projected to the whole collection (docs/replica.md)."""
     from graphcost.bench.replica import bench_replica, format_summary
 
-    rows = bench_replica(collections, out_dir, graphs, epochs, sets, seed, keep, log=click.echo)
-    click.echo("\n" + format_summary(rows))
+    result = bench_replica(collections, out_dir, graphs, epochs, sets, seed, keep, log=click.echo)
+    click.echo("\n" + format_summary(result))
 
 
 @bench.command("gst")
@@ -493,4 +494,4 @@ def bench_knobs_cmd(out_dir: str, families: str | None, per_family: int, runs: i
                          Protocol(warmup, runs, rounds, max_run_s), core, log=click.echo)
     click.echo(format_knobs(result))
     if json_path:
-        write_json(result, json_path)
+        write_json(result.to_json(), json_path)
