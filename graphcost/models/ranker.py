@@ -110,8 +110,9 @@ class RankerSettings:
     # Leave-family-out on options:cpu, 5 folds × 3 seeds, demo settings: early minus late
     # tile score +0.028 [+0.010, +0.051], early minus EarlyJoinSAGE +0.000 [−0.012, +0.015]
     tile_join: str = "early"
-    # a rule to learn a correction on top of (step 8): "fewest-changes" or "moved-bytes"
-    # (layout), "config-only" (tile); "": none, the ranker learns from scratch
+    # a rule to learn a correction on top of (step 8): "fewest-changes", "moved-bytes" or
+    # "changed-bytes" (layout; its default, `models.registry`), "config-only" (tile); "":
+    # none, the ranker learns from scratch
     prior: str = ""
     change_features: bool = False  # layout: per role, changed order or not (`layout_features`)
     # what a checkpoint written before a setting existed was trained with

@@ -36,6 +36,7 @@ from graphcost.models.base import GraphTensors, collate
 #: nodes per segment when a model trains with GST and its `segment_size` setting is 0
 GST_SEGMENT_SIZE = 1000
 
+
 def segment_bounds(num_nodes: int, node_splits: np.ndarray, size: int) -> np.ndarray:
     """(S + 1,) increasing node ids [0, …, num_nodes]: segment s is [b[s], b[s+1]).
 

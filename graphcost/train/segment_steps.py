@@ -1,9 +1,9 @@
 """Graph Segment Training (GST, docs/design.md §6): the segment step strategies.
 
 A graph is cut into contiguous segments of ~`segment_size` nodes, the model's setting
-(`GST_SEGMENT_SIZE` when the model has none; `models/segments.py`),
-and its embedding is the SUM of its segments' embeddings, so a step never holds more
-than one segment's activations:
+(`GST_SEGMENT_SIZE` when it has none; `models/segments.py`), and its embedding is the
+SUM of its segments' embeddings, so a step never holds more than one segment's
+activations:
 
 - `SegmentStep` back-propagates every segment, each under `torch.utils.checkpoint`:
   the forward pass keeps no activations and the backward pass recomputes one segment at

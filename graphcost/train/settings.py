@@ -188,8 +188,9 @@ def settings_help() -> dict[str, list[tuple[str, str]]]:
     for name, spec in MODELS.items():
         rows = fields.describe(spec.settings(**spec.defaults))
         for kind, values in spec.kind_defaults.items():  # e.g. prior='' [layout: 'changed-bytes']
-            rows = [(key, f"{doc} [{kind}: {values[k]!r}]" if (k := key.split("=")[0]) in values
-                     else doc) for key, doc in rows]
+            rows = [(key, f"{doc} [{kind}: {values[f.name]!r}]" if f.name in values else doc)
+                    for (key, doc), f in zip(rows, dataclasses.fields(spec.settings),
+                                             strict=True)]
         if rows:  # a training-free heuristic has none
             sections[f"Model settings of {name}"] = rows
         if spec.train:
