@@ -18,6 +18,7 @@ from graphcost.data.collection import find_collections  # noqa: E402
 from graphcost.data.inspect import validate_paths  # noqa: E402
 from graphcost.formats.npz import read_extra  # noqa: E402
 from graphcost.xla.collect import collect  # noqa: E402
+from graphcost.xla.manifest import collection_figures  # noqa: E402
 from graphcost.xla.plan import (  # noqa: E402
     CollectSpec,
     assign_splits,
@@ -74,6 +75,7 @@ def test_collection_resumes_after_a_stop_and_measures_noise(tmp_path):
     assert sorted(e["path"] for e in log) == sorted(map(str, files))  # each graph once
     recovered = [e for e in log if e.get("recovered")]
     assert [e["path"] for e in recovered] == [unlogged] and recovered[0]["noise_tau"] is not None
+    assert recovered[0]["exhausted"] == (recovered[0]["distinct"] < spec.num_configs)
     colls = find_collections(tmp_path / "npz")
     assert set(colls) == {"layout:cpu:random", "layout:cpu:default", "options:cpu"}
     for name, coll in colls.items():
@@ -95,6 +97,24 @@ def test_collection_resumes_after_a_stop_and_measures_noise(tmp_path):
         extra = read_extra(f)
         assert extra["config_runtime_rounds"].shape[1] == FAST.rounds
         assert len(extra["config_fingerprint"]) == len(extra["config_runtime_rounds"])
+
+
+def test_figures_of_a_resumed_collection_count_only_what_this_log_timed():
+    """Graphs recovered from files (a collection extended from a copy) have no seconds: the
+    rate is the timed graphs' configs over their seconds, and a recovered graph short of
+    distinct executables counts as exhausted."""
+    def entry(name: str, recovered: bool, distinct: int) -> dict:
+        return {"status": "ok", "name": name, "kept": distinct, "distinct": distinct,
+                "compile_s": 0.0 if recovered else 50.0, "time_s": 0.0 if recovered else 10.0,
+                "recovered": recovered, "exhausted": distinct < 24, "noise_tau": 0.5,
+                "runtime_max_over_min": 2.0, "median_runtime_ms": 1.0, "median_spread": 0.1,
+                "random_top5_score": 1.5}
+
+    figures = collection_figures([entry("mlp.000", True, 9), entry("mlp.004", False, 24),
+                                  entry("mlp.005", False, 24)])
+    assert figures["graphs"] == 3 and figures["configs"] == 9 + 24 + 24
+    assert figures["samples_per_minute_per_core"] == 24.0  # 48 configs in 120 s
+    assert figures["graphs_exhausted"] == 1
 
 
 def test_a_crashing_program_is_reported_and_the_rest_finish(tmp_path):

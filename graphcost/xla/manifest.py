@@ -52,7 +52,10 @@ def collection_figures(entries: list[dict[str, Any]]) -> dict[str, Any]:
         values = [e[key] for e in ok if e.get(key) is not None]
         return float(np.median(values)) if values else None
 
-    seconds = sum(e["compile_s"] + e["time_s"] for e in ok)
+    # a recovered graph (resumed from files with no log line) has lost its seconds: the
+    # rate counts only the graphs this log timed
+    timed = [e for e in ok if not e.get("recovered")]
+    seconds = sum(e["compile_s"] + e["time_s"] for e in timed)
     noise = np.array([e["noise_tau"] for e in ok if e.get("noise_tau") is not None], dtype=float)
     tau, low, high = bootstrap_ci(noise) if noise.size else (None, None, None)
     spreads = np.array([e["runtime_max_over_min"] for e in ok])
@@ -68,7 +71,7 @@ def collection_figures(entries: list[dict[str, Any]]) -> dict[str, Any]:
         "runtime_max_over_min_quartiles": [float(q) for q in np.percentile(spreads, [25, 75])],
         "median_spread": median("median_spread"),
         "random_top5_score": float(np.mean(picks)) if picks else None,
-        "samples_per_minute_per_core": round(60 * sum(e["kept"] for e in ok) / seconds, 1)
+        "samples_per_minute_per_core": round(60 * sum(e["kept"] for e in timed) / seconds, 1)
         if seconds else None,
         "noise_ceiling_tau": tau,
         "noise_ceiling_ci": [low, high] if tau is not None else None,

@@ -63,7 +63,9 @@ def _append_log(out: Path, summary: dict[str, Any]) -> None:
 def recovered_summary(task: Task, spec: CollectSpec) -> dict[str, Any]:
     """The log entry of a graph whose file was written but whose log line a kill cut
     off (`record` writes the file, then its line): what the file tells,
-    marked `recovered`; its compile and timing seconds are lost (0)."""
+    marked `recovered`; its compile and timing seconds are lost (0). A file cannot tell
+    running out of distinct plans from failed configs, so a graph with fewer distinct
+    executables than asked for counts as `exhausted`."""
     from graphcost.data.noise import file_noise_tau
     from graphcost.formats import read_graph
     from graphcost.formats.npz import read_extra
@@ -72,9 +74,10 @@ def recovered_summary(task: Task, spec: CollectSpec) -> dict[str, Any]:
     g = read_graph(path)
     runtime = np.asarray(g.config_runtime, dtype=np.float64)
     prints = read_extra(path).get("config_fingerprint")
+    distinct = int(np.unique(prints).size) if prints is not None else g.num_configs
     return {"task": asdict(task), "path": str(path), "status": "ok", "recovered": True,
             "name": task.program, "kind": task.kind, "kept": g.num_configs,
-            "distinct": int(np.unique(prints).size) if prints is not None else g.num_configs,
+            "distinct": distinct, "exhausted": distinct < spec.num_configs,
             "compile_s": 0.0, "time_s": 0.0, "finished": path.stat().st_mtime,
             "runtime_max_over_min": float(runtime.max() / runtime.min()),
             "median_runtime_ms": float(np.median(runtime) / 1e6),
