@@ -18,7 +18,7 @@ from graphcost.data.collection import find_collections  # noqa: E402
 from graphcost.data.inspect import validate_paths  # noqa: E402
 from graphcost.formats.npz import read_extra  # noqa: E402
 from graphcost.xla.collect import collect  # noqa: E402
-from graphcost.xla.manifest import collection_figures  # noqa: E402
+from graphcost.xla.manifest import collection_figures, write_summary  # noqa: E402
 from graphcost.xla.plan import (  # noqa: E402
     CollectSpec,
     assign_splits,
@@ -115,6 +115,21 @@ def test_figures_of_a_resumed_collection_count_only_what_this_log_timed():
     assert figures["graphs"] == 3 and figures["configs"] == 9 + 24 + 24
     assert figures["samples_per_minute_per_core"] == 24.0  # 48 configs in 120 s
     assert figures["graphs_exhausted"] == 1
+
+
+def test_summary_keeps_the_collections_a_run_of_other_kinds_did_not_measure(tmp_path):
+    """`collect --kinds layout:default` into a folder that also holds layout:cpu:random
+    rewrites summary.json with both collections, each from its own manifest."""
+    for name, graphs in (("layout:cpu:random", 192), ("layout:cpu:default", 96)):
+        folder = tmp_path / "npz" / "layout" / "cpu" / name.split(":")[-1]
+        folder.mkdir(parents=True)
+        (folder / "manifest.json").write_text(json.dumps({"collection": name, "graphs": graphs,
+                                                          "command": "graphcost collect"}))
+    summary = write_summary(tmp_path)
+    assert json.loads((tmp_path / "summary.json").read_text()) == summary
+    assert {name: s["graphs"] for name, s in summary.items()} == {
+        "layout:cpu:random": 192, "layout:cpu:default": 96}
+    assert "command" not in summary["layout:cpu:random"]  # the figures only
 
 
 def test_a_crashing_program_is_reported_and_the_rest_finish(tmp_path):

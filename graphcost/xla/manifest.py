@@ -8,6 +8,7 @@ from the run log (graphcost.xla.restart_log), so a merge of shards writes them a
 
 from __future__ import annotations
 
+import json
 import os
 import platform
 import sys
@@ -108,10 +109,24 @@ def write_manifest(spec: CollectSpec, tasks: list[Task], command: str | None = N
         folder.mkdir(parents=True, exist_ok=True)
         write_json(m, folder / "manifest.json")
         manifests[m["collection"]] = m
-    keep = ("graphs", "families_measured", "splits", "distinct_executables_median",
-            "graphs_exhausted", "median_runtime_ms", "runtime_max_over_min_median",
-            "runtime_max_over_min_quartiles", "median_spread", "random_top5_score",
-            "samples_per_minute_per_core", "noise_ceiling_tau", "noise_ceiling_ci")
-    write_json({name: {k: m.get(k) for k in keep} for name, m in manifests.items()},
-               Path(spec.out) / "summary.json")
+    write_summary(spec.out)
     return manifests
+
+
+#: the figures of a manifest that `summary.json` gathers
+SUMMARY_KEYS = ("graphs", "families_measured", "splits", "distinct_executables_median",
+                "graphs_exhausted", "median_runtime_ms", "runtime_max_over_min_median",
+                "runtime_max_over_min_quartiles", "median_spread", "random_top5_score",
+                "samples_per_minute_per_core", "noise_ceiling_tau", "noise_ceiling_ci")
+
+
+def write_summary(out: str | Path) -> dict[str, dict[str, Any]]:
+    """`OUT/summary.json`: the figures of every collection under OUT, from their
+    manifests, so that a run of some kinds (`--kinds`) keeps the other collections'."""
+    summary = {}
+    for path in sorted(Path(out, "npz").rglob("manifest.json")):
+        m = json.loads(path.read_text())
+        if "collection" in m:
+            summary[m["collection"]] = {k: m.get(k) for k in SUMMARY_KEYS}
+    write_json(summary, Path(out) / "summary.json")
+    return summary
