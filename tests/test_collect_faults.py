@@ -13,6 +13,8 @@ import signal
 import subprocess
 import sys
 import time
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 
 import psutil
@@ -217,6 +219,19 @@ def _wait_for(condition, what: str, proc: subprocess.Popen | None = None,
         time.sleep(0.1)
 
 
+@contextmanager
+def _sigint_not_ignored() -> Iterator[None]:
+    """A child started in the block gets SIGINT's default action, as from a terminal, also
+    when the tests run in the background: a shell starts a background job with SIGINT
+    ignored, an ignored signal stays ignored across exec, and collect would rightly go on
+    measuring through a SIGINT it inherited as ignored."""
+    before = signal.signal(signal.SIGINT, signal.default_int_handler)
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGINT, before)
+
+
 @pytest.mark.parametrize("sig", [signal.SIGTERM, signal.SIGINT, signal.SIGKILL],
                          ids=["TERM", "INT", "KILL"])
 def test_killing_collect_alone_ends_its_workers_and_keeps_what_is_finished(tmp_path, sig):
@@ -227,7 +242,7 @@ def test_killing_collect_alone_ends_its_workers_and_keeps_what_is_finished(tmp_p
 
     out, output = tmp_path / "out", tmp_path / "output.txt"
     path = os.pathsep.join(p for p in (str(HERE), os.environ.get("PYTHONPATH")) if p)
-    with open(output, "w") as sink:
+    with open(output, "w") as sink, _sigint_not_ignored():
         proc = subprocess.Popen(
             [sys.executable, "-m", "graphcost", "collect", str(out), "--programs",
              "test_collect_faults:fine_and_stuck", *SMALL, "--workers", "2"],
