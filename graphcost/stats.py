@@ -115,8 +115,8 @@ def bootstrap_ci(values: np.ndarray, n_boot: int = 1000, seed: int = 0,
     if np.all(v == v[0]):
         return mean, mean, mean
     ci = scipy.stats.bootstrap((v,), np.mean, n_resamples=n_boot, confidence_level=level,
-                         method="percentile", vectorized=True,
-                         rng=np.random.default_rng(seed)).confidence_interval
+                               method="percentile", vectorized=True,
+                               rng=np.random.default_rng(seed)).confidence_interval
     return mean, float(ci.low), float(ci.high)
 
 
