@@ -22,6 +22,17 @@ class BenchResult:
         return dataclasses.asdict(self)  # every subclass is a dataclass
 
 
+@dataclasses.dataclass
+class RowsResult(BenchResult):
+    """A benchmark's figures that are one row per measured step and nothing else."""
+
+    rows: list[dict[str, Any]]
+
+    def to_json(self) -> list[dict[str, Any]]:  # type: ignore[override]
+        """The rows alone, a bare JSON list: what `--json` wrote before results had types."""
+        return self.rows
+
+
 def _reset_peak() -> None:
     """Reset the kernel's resident high-water mark (VmHWM) to the current resident set.
 

@@ -12,13 +12,11 @@ import os
 import tempfile
 import time
 from collections.abc import Callable
-from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
 
 import numpy as np
 
-from graphcost.bench import BenchResult, measure_call
+from graphcost.bench import RowsResult, measure_call
 from graphcost.data.inspect import summarize, validate_paths
 from graphcost.data.synthetic import make_layout_graph
 from graphcost.formats import LayoutGraph, read_graph, write_graph
@@ -35,16 +33,9 @@ def big_layout_graph(num_configs: int, num_configurable: int, seed: int = 0) -> 
     return g
 
 
-@dataclass
-class IoResult(BenchResult):
+class IoResult(RowsResult):
     """`bench io`'s figures: one row per measured step (step, runs, seconds, peak_mib,
     private_mib)."""
-
-    rows: list[dict[str, Any]]
-
-    def to_json(self) -> list[dict[str, Any]]:  # type: ignore[override]
-        """The rows alone, a bare JSON list: what `bench_io` returned before."""
-        return self.rows
 
 
 def bench_io(num_configs: int = 100_000, num_configurable: int = 64, reads: int = 64,

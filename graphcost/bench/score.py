@@ -25,14 +25,12 @@ import multiprocessing as mp
 import time
 from collections.abc import Callable, Sequence
 from concurrent.futures import ProcessPoolExecutor
-from dataclasses import dataclass
-from typing import Any
 
 import numpy as np
 import torch
 from torch_geometric.nn import Linear as PygLinear
 
-from graphcost.bench import BenchResult
+from graphcost.bench import RowsResult
 
 MODELS = {"layout": ("ranker", "resgcn"), "tile": ("ranker", "sage-early", "sage-late")}
 
@@ -168,15 +166,8 @@ def measure_cell(kind: str, name: str, nodes: int, configs: int, repeats: int = 
     return row
 
 
-@dataclass
-class ScoreResult(BenchResult):
+class ScoreResult(RowsResult):
     """`bench score`'s figures: one `measure_cell` row per (kind, model, graph size)."""
-
-    rows: list[dict[str, Any]]
-
-    def to_json(self) -> list[dict[str, Any]]:  # type: ignore[override]
-        """The rows alone, a bare JSON list: what `--json` wrote before."""
-        return self.rows
 
 
 def bench_score(kinds: Sequence[str] = ("layout", "tile"), models: Sequence[str] | None = None,

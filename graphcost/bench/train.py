@@ -9,13 +9,11 @@ import multiprocessing as mp
 import resource
 import time
 from concurrent.futures import ProcessPoolExecutor
-from dataclasses import dataclass
-from typing import Any
 
 import numpy as np
 import torch
 
-from graphcost.bench import BenchResult
+from graphcost.bench import RowsResult
 from graphcost.data.synthetic import make_layout_graph, make_tile_graph
 from graphcost.models.model import Model
 from graphcost.models.registry import model_names
@@ -58,15 +56,8 @@ def bench_one(name: str, kind: str, steps: int = 20, seed: int = 0,
     return row
 
 
-@dataclass
-class TrainResult(BenchResult):
+class TrainResult(RowsResult):
     """`bench train`'s figures: one `bench_one` row per (model, kind)."""
-
-    rows: list[dict[str, Any]]
-
-    def to_json(self) -> list[dict[str, Any]]:  # type: ignore[override]
-        """The rows alone, a bare JSON list: what `--json` wrote before."""
-        return self.rows
 
 
 def bench_train(models: list[str] | None = None, kinds: tuple[str, ...] = ("layout", "tile"),
