@@ -18,7 +18,7 @@ from __future__ import annotations
 import math
 import time
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
+from dataclasses import asdict, dataclass
 from typing import Any
 
 import numpy as np
@@ -194,7 +194,7 @@ def bench_autotune(programs: Sequence[str], model: Any, model_info: dict[str, An
         "uncached_per_s": float(np.mean([r["uncached_per_s"] for r in done])) if done else None,
     }
     return AutotuneResult(model=model_info, rows=rows, summary=summary, batches=batches,
-                          protocol=vars(protocol or AUTOTUNING), samples=samples,
+                          protocol=asdict(protocol or AUTOTUNING), samples=samples,
                           evaluations=evaluations, core=core)
 
 

@@ -412,8 +412,8 @@ def bench_families(data: str | Path, out: str | Path, model: str = "ranker",
                             evaluations)
     return FamiliesResult(collection=coll.name, data=str(Path(data).resolve()), model=model,
                           seeds=list(seeds), k=k, folds=folds, portfolio=portfolio["model"],
-                          protocol=vars(protocol) if confirm else None, core=core, rows=rows,
-                          samples=samples, evaluations=evaluations,
+                          protocol=dataclasses.asdict(protocol) if confirm else None,
+                          core=core, rows=rows, samples=samples, evaluations=evaluations,
                           summary=summarize_rows(rows))
 
 
