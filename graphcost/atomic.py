@@ -14,10 +14,15 @@ from typing import IO, Any
 
 import psutil
 
-from graphcost.errors import UserError
+from graphcost.errors import EnvironmentFault, UserError
 
-#: a full disk or quota: `atomic_open` turns these into a UserError naming the file
+#: a full disk or quota: `atomic_open` turns these into an EnvironmentFault naming the file
 FULL = (errno.ENOSPC, errno.EDQUOT)
+
+
+def is_full_disk(e: BaseException) -> bool:
+    """Whether `e` is a write that failed because the disk or quota is full."""
+    return isinstance(e, OSError) and e.errno in FULL
 
 
 @contextmanager
@@ -36,6 +41,9 @@ def atomic_open(path: str | Path, mode: str = "wb", **kwargs) -> Iterator[IO]:
         fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.{_writer()}.",
                                    suffix=".part")
     except OSError as e:  # name the user's path, not the temporary file's
+        if is_full_disk(e):
+            raise EnvironmentFault(f"{path}: cannot write it: {e.strerror or e} (the disk "
+                                   "or quota is full); nothing was written") from None
         raise UserError(f"{path}: cannot write here ({e.strerror or e})") from None
     try:
         with os.fdopen(fd, mode, **kwargs) as f:
@@ -47,10 +55,10 @@ def atomic_open(path: str | Path, mode: str = "wb", **kwargs) -> Iterator[IO]:
     except BaseException as e:
         if os.path.exists(tmp):
             os.unlink(tmp)
-        if isinstance(e, OSError) and e.errno in FULL:  # the user's to fix, not a bug
+        if is_full_disk(e):  # the machine's fault, not a bug
             left = "it is left as it was" if path.exists() else "nothing was written"
-            raise UserError(f"{path}: cannot write it: {e.strerror or e} (the disk or quota "
-                            f"is full); {left}") from None
+            raise EnvironmentFault(f"{path}: cannot write it: {e.strerror or e} (the disk "
+                                   f"or quota is full); {left}") from None
         raise
 
 

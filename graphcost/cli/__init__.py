@@ -8,11 +8,13 @@ one error path for users (`Main`).
 from __future__ import annotations
 
 import os
+import sys
 
 import click
 
+from graphcost.atomic import is_full_disk
 from graphcost.cli import autotune, bench, data, demo, measure, models
-from graphcost.errors import UserError
+from graphcost.errors import EnvironmentFault, UserError
 
 
 class UserFailure(click.ClickException):
@@ -21,20 +23,40 @@ class UserFailure(click.ClickException):
     exit_code = 2
 
 
+class MachineFailure(click.ClickException):
+    """An environment fault (a full disk) as click prints it: `Error: <message>`, exit 1."""
+
+    exit_code = 1
+
+
 class Main(click.Group):
     """The command group that turns every `UserError` (bad file, folder, path, setting,
     model) into one clean message and exit status 2, in one place rather than a
     try/except per command. A command's own `click.ClickException` is a user error too
-    and exits 2 like the rest (click's default is 1). Any other exception is a bug and
-    keeps its traceback."""
+    and exits 2 like the rest (click's default is 1). An `EnvironmentFault`, or a write
+    anywhere (standard output included) that fails on a full disk, is one line and exit
+    status 1. Any other exception is a bug and keeps its traceback."""
 
     def invoke(self, ctx: click.Context):
+        debug = ctx.params.get("debug") or os.environ.get("GRAPHCOST_DEBUG")
         try:
-            return super().invoke(ctx)
+            result = super().invoke(ctx)
+            sys.stdout.flush()  # a full disk under `> file` fails here, not at exit
+            return result
         except UserError as e:
-            if ctx.params.get("debug") or os.environ.get("GRAPHCOST_DEBUG"):
+            if debug:
                 raise
             raise UserFailure(str(e)) from None
+        except EnvironmentFault as e:
+            if debug:
+                raise
+            raise MachineFailure(str(e)) from None
+        except OSError as e:
+            if debug or not is_full_disk(e):
+                raise
+            where = f"{e.filename}: " if e.filename else ""
+            raise MachineFailure(f"{where}{e.strerror or e} (the disk or quota is full)"
+                                 ) from None
         except click.ClickException as e:
             if type(e) is click.ClickException:  # not a usage error (already 2) or ours
                 e.exit_code = UserFailure.exit_code

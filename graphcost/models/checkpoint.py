@@ -7,6 +7,7 @@ unpickles tensors and plain values only and checks the archive's CRCs first.
 
 from __future__ import annotations
 
+import io
 import pickle
 import zipfile
 from collections.abc import Iterable
@@ -20,9 +21,13 @@ from graphcost.errors import UserError
 
 
 def atomic_save(obj: Any, path: str | Path) -> Path:
-    """torch.save that never leaves a half-written checkpoint under `path`."""
+    """torch.save that never leaves a half-written checkpoint under `path`. It saves to
+    memory first: torch turns a failed write into a RuntimeError that hides the full
+    disk, which `atomic_open` must see to say so (checkpoints are megabytes)."""
+    buffer = io.BytesIO()
+    torch.save(obj, buffer)
     with atomic_open(path) as f:
-        torch.save(obj, f)
+        f.write(buffer.getbuffer())
     return Path(path)
 
 
