@@ -154,7 +154,7 @@ def crossvalidate(data: str | Path, model: str = "ranker", folds: int = 5,
     result: dict[str, Any] = {
         "collection": coll.name if external is None else f"{ext.name} at {ext.root}",
         "data": str(Path(scored).resolve()), "kind": kind,
-        "model": model, "model_settings": model_settings or {},
+        "trained_on": coll.name, "model": model, "model_settings": model_settings or {},
         "settings": dataclasses.asdict(s), "folds": folds, "seed": seed,
         "valid_fraction": valid_fraction, "group": group, "fold_results": [], "graphs": {},
         "skipped": []}
@@ -173,8 +173,8 @@ def crossvalidate(data: str | Path, model: str = "ranker", folds: int = 5,
                    "train": fold.train,
                    "graphs": {sp: fold.count(sp) for sp in ("train", "valid", "test")},
                    "scored": len(report["graphs"]),
-                   "best_epoch": trained["best_epoch"],  # by valid score (else train loss)
-                   "best_score": trained["best_score"],
+                   "best_epoch": trained["best_epoch"], "best_by": trained["best_by"],
+                   "best_score": trained["best_score"],  # NaN when chosen by train loss
                    "summary": report["summary"],
                    "run_dir": str(run_dir) if out_dir is not None else None}
             result["fold_results"].append(row)
@@ -257,8 +257,44 @@ def read_results(paths: list[str | Path]) -> list[dict]:
                 raise ValueError(f"no {', '.join(sorted(missing))} (not a crossval result)")
         except (OSError, ValueError) as e:
             raise UserError(f"{p}: {e}") from None
-        out.append(run)
+        out.append({**run, "file": str(p)})  # to name it when it cannot be paired
     return out
+
+
+def protocol_of(run: dict) -> dict[str, Any]:
+    """What two crossval results must share to be paired: the graphs, scored and held
+    out the same way. Seeds, models and settings may differ: they are what is compared.
+    A result older than `--group` was grouped by family; one older than `trained_on`
+    does not say what it trained on, so that is not compared."""
+    protocol = {key: run.get(key) for key in ("collection", "kind", "folds")}
+    protocol["group"] = run.get("group", "family")
+    if "trained_on" in run:
+        protocol["trained_on"] = run["trained_on"]
+    return protocol
+
+
+def _file(run: dict) -> str:
+    return run.get("file", f"the result of seed {run.get('seed')}")
+
+
+def check_protocol(results: list[dict]) -> None:
+    """Refuse results of different protocols (another grouping, number of folds,
+    collection, external set, or set of graphs scored), naming both files and what
+    differs: their difference would measure the protocol, not the models."""
+    first = results[0]
+    for r in results[1:]:
+        a, b = protocol_of(first), protocol_of(r)
+        for key in a.keys() & b.keys():
+            if a[key] != b[key]:
+                raise UserError(f"{_file(first)} and {_file(r)} differ in {key}: "
+                                f"{a[key]!r} and {b[key]!r}; compare pairs results of one "
+                                "crossval protocol")
+        only = sorted(set(first["graphs"]) ^ set(r["graphs"]))
+        if only:
+            raise UserError(f"{_file(first)} and {_file(r)} differ in the graphs scored: "
+                            f"{len(first['graphs'])} and {len(r['graphs'])}, {len(only)} scored "
+                            f"by one only (e.g. {only[0]}); compare pairs results of one "
+                            "crossval protocol")
 
 
 def seed_ensemble(runs: list[dict]) -> dict:
@@ -271,8 +307,7 @@ def seed_ensemble(runs: list[dict]) -> dict:
     from graphcost.eval.metrics import graph_metrics
     from graphcost.formats.npz import read_graph
 
-    if len({r["collection"] for r in runs}) > 1:
-        raise UserError("an ensemble needs results of one collection")
+    check_protocol(runs)
     missing = [r["seed"] for r in runs if any("pred" not in g for g in r["graphs"].values())]
     if missing:
         raise UserError(f"the results of seeds {missing} keep no per-config predictions "
@@ -291,9 +326,11 @@ def seed_ensemble(runs: list[dict]) -> dict:
         rows[name] = {**graph_metrics(coll.kind, pred, target), "pred": pred.tolist(),
                       "fold": runs[0]["graphs"][name].get("fold")}
     seeds = "+".join(str(r["seed"]) for r in runs)
-    return {**{k: runs[0][k] for k in ("collection", "data", "kind", "settings") if k in runs[0]},
+    kept = ("collection", "trained_on", "data", "kind", "folds", "group", "settings")
+    return {**{k: runs[0][k] for k in kept if k in runs[0]},
             "model": f"{run_label(runs[0])} ensemble", "model_settings": {}, "seed": seeds,
-            "graphs": rows, "ensemble_of": [r["seed"] for r in runs]}
+            "graphs": rows, "ensemble_of": [r["seed"] for r in runs],
+            "file": " + ".join(_file(r) for r in runs)}
 
 
 def compare_crossval(runs: list[dict], against: list[dict], metric: str = "score") -> dict:
@@ -308,9 +345,7 @@ def compare_crossval(runs: list[dict], against: list[dict], metric: str = "score
         if len(set(seeds)) < len(seeds):
             raise UserError(f"{name} holds two results of one seed ({seeds}): one file per "
                             "seed on each side, and --against before each of its files")
-    collections = {r["collection"] for r in runs + against}
-    if len(collections) > 1:
-        raise UserError(f"the results are of different collections: {sorted(collections)}")
+    check_protocol(runs + against)
     a, b = seed_average(runs, metric), seed_average(against, metric)
     common = sorted(set(a) & set(b))
     if not common:
@@ -323,7 +358,7 @@ def compare_crossval(runs: list[dict], against: list[dict], metric: str = "score
                 "per_seed": [float(np.nanmean([r["graphs"][n][metric] for n in common
                                                if n in r["graphs"]])) for r in results]}
 
-    return {"collection": collections.pop(), "metric": metric, "graphs": len(common),
+    return {"collection": runs[0]["collection"], "metric": metric, "graphs": len(common),
             "runs": side(runs, va), "against": side(against, vb),
             "difference": MeanCI(*bootstrap_ci(va - vb), n=len(common)).__dict__}
 

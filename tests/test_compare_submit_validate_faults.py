@@ -1,0 +1,101 @@
+"""Issue 42, item 10: compare, submit, read_submission and validate say when their
+inputs do not fit, instead of answering anyway."""
+
+from pathlib import Path
+
+import numpy as np
+import torch
+from click.testing import CliRunner
+
+from graphcost.cli import main
+from graphcost.data.synthetic import make_tile_graph
+from graphcost.formats import write_graph
+
+torch.set_num_threads(1)
+
+FAMILIES = {"mlp": 3, "cnn": 2, "rnn": 2, "attn": 2}
+
+
+def run(*args: object):
+    return CliRunner().invoke(main, [str(a) for a in args])
+
+
+def refused(result, *needles: str) -> None:
+    """Exit 2 by click's own exit, the message says `Error:` and names every needle."""
+    assert result.exit_code == 2, result.output
+    assert isinstance(result.exception, SystemExit), result.exception
+    assert "Error:" in result.output and "Traceback" not in result.output
+    for needle in needles:
+        assert needle in result.output, (needle, result.output)
+
+
+def tile_families(root: Path, source: str = "synth", families=FAMILIES, drop: int = 0) -> Path:
+    """A tile collection `tile:<source>` of graphs named `family.NNN`, spread over the
+    splits; `drop` leaves out that many of the last graphs."""
+    rng = np.random.default_rng(0)
+    base = root / "npz" / "tile" / source
+    names = [f"{fam}.{j:03d}" for fam, count in families.items() for j in range(count)]
+    for i, name in enumerate(names[:len(names) - drop]):
+        g = make_tile_graph(rng, num_nodes=8, num_configs=8, name=name)
+        write_graph(base / ("train", "valid", "test")[i % 3] / f"{name}.npz", g)
+    return base
+
+
+MINE = ("--model", "config-only")  # a heuristic: crossval trains nothing
+OTHER = ("--model", "config-only", "--set", "ridge=1")  # another model to compare with
+
+
+def crossval(data: Path, out: Path, *args: object) -> Path:
+    """The crossval result (`--json`) of `args`, written to `out`."""
+    r = run("crossval", data, "--json", out, *args)
+    assert r.exit_code == 0, r.output
+    return out
+
+
+# --------------------------------------------------------------------------- compare
+
+
+def test_compare_refuses_results_of_another_protocol_naming_both_files_and_the_field(
+        tmp_path):
+    data = tile_families(tmp_path / "zoo")
+    mine = crossval(data, tmp_path / "mine.json", *MINE, "--folds", "2")
+    seed1 = crossval(data, tmp_path / "seed1.json", *MINE, "--folds", "2",
+                     "--seed", "1")
+    theirs = crossval(data, tmp_path / "theirs.json", *OTHER, "--folds", "2")
+    # the same protocol, other seeds and models: paired, --heuristic included
+    ok = run("compare", mine, seed1, "--against", theirs, "--heuristic", theirs)
+    assert ok.exit_code == 0 and "over 9 graphs scored by both" in ok.output, ok.output
+    three = crossval(data, tmp_path / "three.json", *OTHER, "--folds", "3")
+    refused(run("compare", mine, "--against", three),
+            "mine.json", "three.json", "differ in folds: 2 and 3")
+    by_graph = crossval(data, tmp_path / "graph.json", *OTHER, "--folds", "2",
+                        "--group", "graph")
+    refused(run("compare", mine, "--against", by_graph),
+            "mine.json", "graph.json", "differ in group: 'family' and 'graph'")
+    refused(run("compare", mine, "--against", theirs, "--heuristic", by_graph),
+            "mine.json", "graph.json", "group")
+    refused(run("compare", mine, seed1, "--against", theirs, "--ensemble", "--heuristic",
+                by_graph), "graph.json", "group")
+    # a collection of the same name that holds one graph fewer
+    fewer = crossval(tile_families(tmp_path / "copy", drop=1), tmp_path / "fewer.json",
+                     *OTHER, "--folds", "2")
+    refused(run("compare", mine, "--against", fewer), "mine.json", "fewer.json",
+            "differ in the graphs scored: 9 and 8", "attn.001")
+
+
+def test_compare_refuses_external_results_of_another_external_or_training_set(tmp_path):
+    zoo = tile_families(tmp_path / "zoo")
+    other_zoo = tile_families(tmp_path / "zoo2", source="other")
+    ext = tile_families(tmp_path / "ext", source="ext", families={"flax_cnn": 2, "eqx": 1})
+    ext2 = tile_families(tmp_path / "ext2", source="ext2", families={"flax_cnn": 2, "eqx": 1})
+    a = crossval(zoo, tmp_path / "a.json", *MINE, "--external", ext)
+    b = crossval(zoo, tmp_path / "b.json", *OTHER, "--external", ext, "--seed", "1")
+    ok = run("compare", a, "--against", b)
+    assert ok.exit_code == 0 and "over 3 graphs scored by both" in ok.output, ok.output
+    c = crossval(zoo, tmp_path / "c.json", *OTHER, "--external", ext2)
+    refused(run("compare", a, "--against", c), "a.json", "c.json", "differ in collection")
+    d = crossval(other_zoo, tmp_path / "d.json", *OTHER, "--external", ext)
+    refused(run("compare", a, "--against", d), "a.json", "d.json",
+            "differ in trained_on: 'tile:synth' and 'tile:other'")
+    folds = crossval(zoo, tmp_path / "folds.json", *OTHER, "--folds", "2")
+    refused(run("compare", a, "--against", folds), "a.json", "folds.json", "differ in")
