@@ -66,7 +66,8 @@ def convert(inputs: tuple[str, ...], out_dir: str, store: bool) -> None:
 
     Graphs are named after their input's file name (a/x.pb gives x.npz, a file of
     several records x.NNN.MODULE.npz), so two inputs with the same file name are refused
-    (exit 2, before converting anything): convert them into separate OUT_DIRs.
+    (exit 2, before converting anything): convert them into separate OUT_DIRs. So is a
+    graph already in OUT_DIR (exit 2, before writing anything): nothing is overwritten.
     """
     from graphcost.formats.tuning import DROP_RULES, convert_files
 

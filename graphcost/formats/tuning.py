@@ -315,7 +315,8 @@ def convert_files(inputs: list[str | Path], out_dir: str | Path,
 
     Graphs are named after their input's file name (`a/x.pb` gives `x.npz`), so two
     inputs with the same file name are refused before anything is converted: the second
-    would overwrite the first's graphs.
+    would overwrite the first's graphs. So is a graph file already in `out_dir` (an
+    earlier call's, or this same conversion run before), before anything is written.
     """
     out_dir = Path(out_dir)
     first: dict[str, Path] = {}
@@ -325,10 +326,15 @@ def convert_files(inputs: list[str | Path], out_dir: str | Path,
             raise UserError(f"{other} and {src} would both write graphs named "
                             f"{_safe_name(src.stem)!r} under {out_dir}: convert them into "
                             "separate output folders, or rename one")
-    reports = []
-    for src in inputs:
-        report = convert_tuning_file(src)
+    reports = [convert_tuning_file(src) for src in inputs]
+    targets = [out_dir / g.kind / f"{g.name}.npz" for r in reports for g in r.graphs]
+    existing = [t for t in targets if t.exists()]
+    if existing:
+        more = f" (and {len(existing) - 1} more of this conversion's graphs)" \
+            if len(existing) > 1 else ""
+        raise UserError(f"{existing[0]}{more} already exists, and convert replaces no "
+                        "graph: convert into another output folder, or remove it first")
+    for report in reports:
         for g in report.graphs:
             report.written.append(write_graph(out_dir / g.kind / f"{g.name}.npz", g, compress))
-        reports.append(report)
     return reports
