@@ -58,7 +58,7 @@ def apply_cmd(config_path: str, spec: str) -> None:
     config = load_config(config_path)  # a bad file: a UserError, exit 2
     try:
         name, fn, args = load_target(spec)
-        run = apply(fn, args, config)
+        run = apply(fn, args, config_path)  # errors against the program name the file
     except ImportError as e:
         raise click.ClickException(str(e)) from None
     same = agrees_with_jit(fn, args, run)

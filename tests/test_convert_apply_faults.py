@@ -1,0 +1,151 @@
+"""Bad input to convert, apply, autotune and the commands that trace a user's function
+(issue 42): each refused with exit status 2 and one `Error:` line naming the file, key
+or function and what was expected; nothing already written is replaced.
+
+The program sources the tests pass are the functions of this module (the tests folder
+is on pytest's path).
+"""
+
+import copy
+import json
+from pathlib import Path
+
+import pytest
+from click.testing import CliRunner
+
+pytest.importorskip("jax")
+
+from graphcost.autotune.chosen import CONFIG_FORMAT  # noqa: E402
+from graphcost.cli import main  # noqa: E402
+from graphcost.errors import UserError  # noqa: E402
+from graphcost.formats import hlo_proto as pb  # noqa: E402
+
+
+def run(*args) -> object:
+    return CliRunner().invoke(main, [str(a) for a in args])
+
+
+def refused(result, *needles: str) -> None:
+    """Exit 2 by click's own exit, one `Error:` line naming every needle, no traceback."""
+    assert result.exit_code == 2, result.output
+    assert isinstance(result.exception, SystemExit), result.exception  # nothing escaped
+    assert "Traceback" not in result.output, result.output
+    errors = [line for line in result.output.splitlines() if line.startswith("Error:")]
+    assert len(errors) == 1, result.output
+    for needle in needles:
+        assert str(needle) in result.output, (needle, result.output)
+
+
+# ------------------------------------------------------------------ convert
+
+
+def _kernel_record(path: Path, runtime: int) -> Path:
+    """A tuning file of one kernel with three timed tile configs."""
+    td = pb.TuningData()
+    rec = td.modules.add()
+    comp = rec.module.computations.add(name="c", id=1, root_id=1)
+    comp.instructions.add(id=1, name="p", opcode="parameter").shape.element_type = 11
+    for k in range(3):
+        r = rec.runs.add(is_default=k == 0)
+        r.op_config.tile_size_config.kernel_bounds.append(k + 1)
+        r.profile.compute_time_ns = runtime + k
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_bytes(td.SerializeToString())
+    return path
+
+
+def test_convert_refuses_to_replace_a_graph_an_earlier_call_wrote(tmp_path):
+    a = _kernel_record(tmp_path / "a" / "rec.pb", 100)
+    b = _kernel_record(tmp_path / "b" / "rec.pb", 900)
+    out = tmp_path / "out"
+    assert run("convert", a, out).exit_code == 0
+    (written,) = (out / "tile").glob("*.npz")
+    before = written.read_bytes()
+    refused(run("convert", b, out), written, "already exists", "another output folder")
+    refused(run("convert", a, out), written)  # the same conversion again: refused alike
+    assert written.read_bytes() == before and list((out / "tile").iterdir()) == [written]
+
+
+# ------------------------------------------------------------------ apply
+
+
+def moved(x, w):
+    return (x @ w).sum()
+
+
+def moved_program():
+    """A program whose argument 0 is 2-d (point 0: parameter 0, role out)."""
+    import jax.numpy as jnp
+
+    return moved, (jnp.ones((8, 4)), jnp.ones((4, 2)))
+
+
+GOOD = {"format": CONFIG_FORMAT,
+        "layouts": [{"point": 0, "kind": "parameter", "index": 0, "role": "out",
+                     "major_to_minor": [1, 0]}],
+        "compiler_options": {"xla_cpu_enable_fast_math": True}}
+
+
+def _layout(**change):
+    def edit(c):
+        c["layouts"][0].update(change)
+    return edit
+
+
+DAMAGE = {  # what a hand edit breaks -> what the message must name
+    "unknown option": (lambda c: c["compiler_options"].update(xla_no_such_option=True),
+                       ["compiler_options.xla_no_such_option", "xla_cpu_enable_fast_math"]),
+    "option of the wrong type": (
+        lambda c: c["compiler_options"].update(xla_backend_optimization_level="fast"),
+        ["compiler_options.xla_backend_optimization_level", "whole number", "'fast'"]),
+    "role sideways": (_layout(role="sideways"), ["layouts[0].role", "'out'", "'sideways'"]),
+    "repeated axis": (_layout(major_to_minor=[0, 0]), ["layouts[0].major_to_minor", "[0, 0]"]),
+    "order of another rank": (_layout(major_to_minor=[2, 1, 0]),
+                              ["layouts[0].major_to_minor", "rank 2"]),
+    "missing key": (lambda c: c["layouts"][0].pop("major_to_minor"),
+                    ["layouts[0]", "'major_to_minor'"]),
+    "missing layouts": (lambda c: c.pop("layouts"), ["'layouts'", "missing"]),
+    "layouts as a dict": (lambda c: c.update(layouts={"0": c["layouts"][0]}),
+                          ["layouts", "list", "object"]),
+    "point not a number": (_layout(point="zero"), ["layouts[0].point", "'zero'"]),
+    "point of another program": (_layout(point=40), ["layouts[0]", "point 40"]),
+}
+
+AGAINST_THE_PROGRAM = {"order of another rank", "point of another program"}
+
+
+def _damaged(what: str) -> dict:
+    config = copy.deepcopy(GOOD)
+    DAMAGE[what][0](config)
+    return config
+
+
+@pytest.mark.parametrize("what", DAMAGE)
+def test_apply_names_the_damaged_key_of_a_hand_edited_config(what, tmp_path):
+    path = tmp_path / "chosen.json"
+    path.write_text(json.dumps(_damaged(what)))
+    refused(run("apply", path, "test_convert_apply_faults:moved_program"), path,
+            *DAMAGE[what][1])
+
+
+@pytest.mark.parametrize("what", DAMAGE)
+def test_the_python_apply_refuses_a_damaged_config_too(what, tmp_path):
+    from graphcost.autotune import apply, load_config
+
+    fn, args = moved_program()
+    with pytest.raises(UserError, match=r"^the config: "):
+        apply(fn, args, _damaged(what))
+    path = tmp_path / "chosen.json"
+    path.write_text(json.dumps(_damaged(what)))
+    with pytest.raises(UserError, match=f"^{path}: "):
+        if what in AGAINST_THE_PROGRAM:
+            apply(fn, args, path)  # only the program can say: refused when applied
+        else:
+            load_config(path)
+
+
+def test_an_undamaged_config_applies(tmp_path):
+    path = tmp_path / "chosen.json"
+    path.write_text(json.dumps(GOOD))
+    result = run("apply", path, "test_convert_apply_faults:moved_program")
+    assert result.exit_code == 0 and "outputs match" in result.output, result.output
