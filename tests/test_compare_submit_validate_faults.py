@@ -99,3 +99,23 @@ def test_compare_refuses_external_results_of_another_external_or_training_set(tm
             "differ in trained_on: 'tile:synth' and 'tile:other'")
     folds = crossval(zoo, tmp_path / "folds.json", *OTHER, "--folds", "2")
     refused(run("compare", a, "--against", folds), "a.json", "folds.json", "differ in")
+
+
+# --------------------------------------------------------------------------- submit
+
+
+def test_submit_refuses_a_collection_given_two_models_naming_it_and_both(tmp_path):
+    data = tile_families(tmp_path / "data")
+    models = []
+    for name, ridge in (("a", "0.001"), ("b", "1")):
+        r = run("train", data, "--model", "config-only", "--set", f"ridge={ridge}",
+                "--out", tmp_path / name)
+        assert r.exit_code == 0, r.output
+        models.append(tmp_path / name / "model.pt")
+    out = tmp_path / "sub.csv"
+    refused(run("submit", data, "-m", f"tile:synth={models[0]}", "-m",
+                f"tile:synth={models[1]}", "--out", out),
+            "tile:synth", str(models[0]), str(models[1]))
+    refused(run("submit", data, "-m", models[0], "-m", f"tile:synth={models[1]}",
+                "--out", out), "tile:synth", str(models[0]), str(models[1]))
+    assert not out.exists()

@@ -49,8 +49,9 @@ def make_submission(models: dict[str, str | Path | Model], data: str | Path, out
 
 def models_by_collection(models: Sequence[str], data: str) -> dict[str, str]:
     """`COLLECTION=MODEL.pt` items → {collection: model path}. A bare model path is for a
-    root holding one collection; a ValueError names the choices when it holds more."""
-    mapping = {}
+    root holding one collection; a ValueError names the choices when it holds more. A
+    collection given two models is refused: which one should rank it?"""
+    mapping: dict[str, str] = {}
     for item in models:
         name, sep, path = item.rpartition("=")
         if not sep:
@@ -59,5 +60,8 @@ def models_by_collection(models: Sequence[str], data: str) -> dict[str, str]:
                 raise UserError(f"name the collection of model {item}: COLLECTION=MODEL.pt, "
                                 f"COLLECTION one of {', '.join(sorted(found)) or 'none'}")
             name, path = next(iter(found)), item
+        if name in mapping:
+            raise UserError(f"collection {name} is given two models, {mapping[name]} and "
+                            f"{path}: give one model per collection")
         mapping[name] = path
     return mapping
