@@ -46,9 +46,10 @@ def run(*args):
     return CliRunner().invoke(main, [str(a) for a in args])
 
 
-def refused(result, *needles) -> None:
-    """Exit 2 by click's own exit, the message says `Error:` and names every needle."""
-    assert result.exit_code == 2, result.output
+def refused(result, *needles, code: int = 2) -> None:
+    """Exit `code` (2, a user error; 1, a full disk) by click's own exit, the message says
+    `Error:` and names every needle."""
+    assert result.exit_code == code, result.output
     assert isinstance(result.exception, SystemExit), result.exception  # no escaped exception
     assert "Error:" in result.output and "Traceback" not in result.output
     for needle in needles:
@@ -313,7 +314,7 @@ def test_a_full_disk_in_train_names_the_file_and_the_run_resumes(work, tmp_path,
     out = tmp_path / "run"
     full_disk(monkeypatch, "model.pt")
     refused(run("train", coll(work), "--out", out, "--epochs", "1", *TINY),
-            out / "model.pt", os.strerror(errno.ENOSPC), "nothing was written")
+            out / "model.pt", os.strerror(errno.ENOSPC), "nothing was written", code=1)
     assert not (out / "model.pt").exists() and no_parts(out)
     monkeypatch.undo()  # space freed: the run finishes from its last checkpoint
     r = run("train", coll(work), "--out", out, "--epochs", "1", *TINY, "--resume")
@@ -323,7 +324,7 @@ def test_a_full_disk_in_train_names_the_file_and_the_run_resumes(work, tmp_path,
     full_disk(monkeypatch, "metrics.jsonl", errno.EDQUOT)
     lines = (out / "metrics.jsonl").read_text()
     refused(run("train", coll(work), "--out", out, "--epochs", "2", *TINY, "--resume"),
-            out / "metrics.jsonl", os.strerror(errno.EDQUOT), "left as it was")
+            out / "metrics.jsonl", os.strerror(errno.EDQUOT), "left as it was", code=1)
     assert (out / "metrics.jsonl").read_text() == lines and no_parts(out)
 
 
@@ -331,13 +332,13 @@ def test_a_full_disk_in_submit_and_evaluate_json_names_the_file(work, tmp_path, 
     model = work / "run" / "model.pt"
     full_disk(monkeypatch, "sub.csv")
     refused(run("submit", work / "data", "-m", f"tile:xla={model}", "--out",
-                tmp_path / "sub.csv"), tmp_path / "sub.csv", os.strerror(errno.ENOSPC))
+                tmp_path / "sub.csv"), tmp_path / "sub.csv", os.strerror(errno.ENOSPC), code=1)
     assert not (tmp_path / "sub.csv").exists() and no_parts(tmp_path)
 
     full_disk(monkeypatch, "report.json")
     (tmp_path / "report.json").write_text("the last report\n")
     refused(run("evaluate", model, coll(work), "--json", tmp_path / "report.json"),
-            tmp_path / "report.json", os.strerror(errno.ENOSPC), "left as it was")
+            tmp_path / "report.json", os.strerror(errno.ENOSPC), "left as it was", code=1)
     assert (tmp_path / "report.json").read_text() == "the last report\n"
     assert no_parts(tmp_path)
 
@@ -358,5 +359,5 @@ def test_a_full_disk_in_convert_names_the_file(tmp_path, monkeypatch):
     assert list((tmp_path / "ok" / "tile").glob("*.npz"))
     written = next((tmp_path / "ok" / "tile").glob("*.npz")).name
     full_disk(monkeypatch, written)
-    refused(run("convert", src, out), out / "tile" / written, os.strerror(errno.ENOSPC))
+    refused(run("convert", src, out), out / "tile" / written, os.strerror(errno.ENOSPC), code=1)
     assert not list(out.rglob("*.npz")) and no_parts(out)

@@ -54,9 +54,8 @@ class Main(click.Group):
         except OSError as e:
             if debug or not is_full_disk(e):
                 raise
-            where = f"{e.filename}: " if e.filename else ""
-            raise MachineFailure(f"{where}{e.strerror or e} (the disk or quota is full)"
-                                 ) from None
+            raise MachineFailure(f"{e.filename or 'standard output'}: {e.strerror or e} "
+                                 "(the disk or quota is full)") from None
         except click.ClickException as e:
             if type(e) is click.ClickException:  # not a usage error (already 2) or ours
                 e.exit_code = UserFailure.exit_code

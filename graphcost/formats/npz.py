@@ -32,6 +32,7 @@ from pathlib import Path
 import numpy as np
 
 from graphcost.atomic import atomic_open, remove_dead_writers_parts
+from graphcost.errors import EnvironmentFault, UserError
 from graphcost.formats.errors import GraphFileError
 from graphcost.formats.records import (
     EXTRA_KEYS,
@@ -270,7 +271,7 @@ def _zip_errors(path: Path, key: str, expected: str) -> Iterator[None]:
     """What a broken archive raises, as a GraphFileError naming `path` and `key`."""
     try:
         yield
-    except GraphFileError:
+    except UserError:  # already says what is wrong (a GraphFileError, an unwritable cache)
         raise
     except KeyError:
         raise GraphFileError(path, key, "the key to be present") from None
@@ -342,12 +343,29 @@ def _version_key(path: Path, what: str) -> str:
 def _mmap_cached(path: Path, zf: zipfile.ZipFile, info: zipfile.ZipInfo) -> np.ndarray:
     target = cache_dir() / (_version_key(path, info.filename) + ".npy")
     if not target.exists():
-        if target.parent.is_dir():  # what extractions killed midway (SIGKILL) left behind
-            remove_dead_writers_parts(target.parent)
-        with atomic_open(target) as out, zf.open(info) as src:
-            shutil.copyfileobj(src, out, length=16 << 20)
+        _extract(path, zf, info, target)
     arr = np.load(target, mmap_mode="r")
     return arr if arr.size else np.zeros(arr.shape, arr.dtype)
+
+
+def _extract(path: Path, zf: zipfile.ZipFile, info: zipfile.ZipInfo, target: Path) -> None:
+    """Stream one member into the read cache. The cache failing is never the archive's
+    fault: a full disk is an EnvironmentFault, an unwritable cache a UserError naming
+    GRAPHCOST_CACHE, so no reader skips a healthy file as corrupt."""
+    if target.parent.is_dir():  # what extractions killed midway (SIGKILL) left behind
+        remove_dead_writers_parts(target.parent)
+    where = f"the read cache {cache_dir()} (GRAPHCOST_CACHE)"
+    try:
+        with atomic_open(target) as out, zf.open(info) as src:
+            shutil.copyfileobj(src, out, length=16 << 20)
+    except EnvironmentFault:
+        raise EnvironmentFault(
+            f"{path}: cannot extract '{info.filename}' ({info.file_size} bytes) into {where}:"
+            " the disk or quota is full; free space there or point GRAPHCOST_CACHE at a "
+            "larger disk") from None
+    except UserError as e:
+        raise UserError(f"{path}: cannot extract '{info.filename}' into {where}: {e}; point "
+                        "GRAPHCOST_CACHE at a writable folder") from None
 
 
 # --------------------------------------------------------------------------- writing
