@@ -1,15 +1,19 @@
 """Issue 42, item 10: compare, submit, read_submission and validate say when their
 inputs do not fit, instead of answering anyway."""
 
+import shutil
 from pathlib import Path
 
 import numpy as np
+import pytest
 import torch
 from click.testing import CliRunner
 
 from graphcost.cli import main
+from graphcost.data.inspect import sample_root
 from graphcost.data.synthetic import make_tile_graph
-from graphcost.formats import write_graph
+from graphcost.eval.submission import SubmissionError, read_submission
+from graphcost.formats import read_graph, write_graph
 
 torch.set_num_threads(1)
 
@@ -119,3 +123,30 @@ def test_submit_refuses_a_collection_given_two_models_naming_it_and_both(tmp_pat
     refused(run("submit", data, "-m", models[0], "-m", f"tile:synth={models[1]}",
                 "--out", out), "tile:synth", str(models[0]), str(models[1]))
     assert not out.exists()
+
+
+def test_submit_on_the_bundled_options_collection_reads_back_and_other_ids_are_refused(
+        tmp_path):
+    data = sample_root() / "npz" / "options" / "cpu"
+    r = run("train", data, "--model", "default-first", "--out", tmp_path / "run")
+    assert r.exit_code == 0, r.output
+    model, out = tmp_path / "run" / "model.pt", tmp_path / "sub.csv"
+    r = run("submit", data, "-m", model, "--out", out)
+    assert r.exit_code == 0, r.output
+    expected = {f"options:cpu:{p.stem}": read_graph(p, runtimes=False).num_configs
+                for p in sorted((data / "test").glob("*.npz"))}
+    assert sorted(read_submission(out, expected)) == sorted(expected) != []
+    lines = out.read_text().splitlines()
+    for extra, needles in (("options:cpu:nosuch", ["graph nosuch that options:cpu lacks"]),
+                           ("tile:xla:k", ["expected collection (options:cpu)", "tile:xla"])):
+        bad = tmp_path / "extra.csv"
+        bad.write_text("\n".join([*lines, f"{extra},0;1;2;3;4"]) + "\n")
+        with pytest.raises(SubmissionError) as e:
+            read_submission(bad, expected)
+        for needle in [str(bad), f"line {len(lines) + 1}", f"ID '{extra}'", *needles]:
+            assert needle in str(e.value), (needle, str(e.value))
+    # a collection with no ID's name (a folder outside npz/) is refused before ranking
+    shutil.copytree(data / "test", tmp_path / "mine" / "test")
+    refused(run("submit", tmp_path / "mine", "-m", model, "--out", tmp_path / "mine.csv"),
+            "collection mine", "options:<source>:<graph>")
+    assert not (tmp_path / "mine.csv").exists()

@@ -35,7 +35,7 @@ def test_bad_submissions(tmp_path, text, expected):
     path = tmp_path / "bad.csv"
     path.write_text(text)
     with pytest.raises(SubmissionError, match=expected) as e:
-        read_submission(path, num_configs={"layout:xla:random:g": 3})
+        read_submission(path, num_configs={"layout:xla:random:g": 3, "tile:xla:k": 9})
     assert str(path) in str(e.value)
 
 

@@ -1,6 +1,7 @@
 """Competition submission CSVs (docs/design.md §5): write them, and read them back with checks.
 
-`ID,TopConfigs`; ID is `tile:xla:<graph>` or `layout:<source>:<search>:<graph>`;
+`ID,TopConfigs`; ID is `tile:xla:<graph>` or `layout:<source>:<search>:<graph>`, or for
+graphcost's own compiler-option collections (tile graphs) `options:<source>:<graph>`;
 TopConfigs are config indices joined by ';', fastest first: the top 5 for tile, a
 full permutation for layout.
 """
@@ -18,14 +19,33 @@ from graphcost.errors import UserError
 
 TILE_TOP = 5
 
+#: the first word of a collection's name: the kind of its graphs and the number of
+#: words of its IDs (`tile:<source>:<graph>`, `layout:<source>:<search>:<graph>`)
+ID_SHAPES = {"tile": ("tile", 3), "options": ("tile", 3), "layout": ("layout", 4)}
+ID_FORMS = ("an ID 'tile:<source>:<graph>', 'options:<source>:<graph>' or "
+            "'layout:<source>:<search>:<graph>'")
+
 
 class SubmissionError(UserError):
     """A submission row that breaks the format, naming the file, line and ID."""
 
 
+def id_kind(key: str) -> str | None:
+    """The kind of the graph a submission ID names, or None when it has no ID's shape."""
+    parts = key.split(":")
+    kind, words = ID_SHAPES.get(parts[0], (None, 0))
+    return kind if len(parts) == words and all(parts) else None
+
+
 def submission_id(collection: str, graph: str) -> str:
-    """The row ID of a graph of a collection named like `tile:xla` or `layout:xla:random`."""
-    return f"{collection}:{graph}"
+    """The row ID of a graph of a collection named like `tile:xla`, `options:cpu` or
+    `layout:xla:random`; refused for another name, so that every ID written reads back."""
+    key = f"{collection}:{graph}"
+    if id_kind(key) is None:
+        raise UserError(f"graph {graph} of collection {collection}: a submission needs "
+                        f"{ID_FORMS} (a collection in a folder npz/tile/<source>, "
+                        f"npz/options/<source> or npz/layout/<source>/<search>), got '{key}'")
+    return key
 
 
 def ranking_from_scores(kind: str, scores: np.ndarray) -> list[int]:
@@ -51,7 +71,7 @@ def read_submission(path: str | Path,
 
     Checks the header, ID shapes, duplicate IDs, integer indices without repeats,
     exactly 5 (or all, if fewer) for tile and, given `num_configs` per ID, a full
-    permutation for layout, and that every expected ID is present.
+    permutation for layout, that every expected ID is present and no other.
     """
     path = Path(path)
 
@@ -68,11 +88,11 @@ def read_submission(path: str | Path,
             if len(row) != 2:
                 fail(line, row[0] if row else "", f"2 fields, got {len(row)}")
             key, configs = row
-            parts = key.split(":")
-            if not ((parts[0] == "tile" and len(parts) == 3)
-                    or (parts[0] == "layout" and len(parts) == 4)) or not all(parts):
-                fail(line, key, "an ID 'tile:<source>:<graph>' or "
-                     "'layout:<source>:<search>:<graph>'")
+            kind = id_kind(key)
+            if kind is None:
+                fail(line, key, ID_FORMS)
+            if num_configs is not None and key not in num_configs:
+                fail(line, key, _expected_graph(key, num_configs))
             if key in out:
                 fail(line, key, "each ID once, got a duplicate")
             try:
@@ -82,13 +102,13 @@ def read_submission(path: str | Path,
             if len(set(ranks)) != len(ranks) or min(ranks) < 0:
                 fail(line, key, "distinct non-negative config indices")
             n = None if num_configs is None else num_configs.get(key)
-            if parts[0] == "tile":
+            if kind == "tile":
                 want = TILE_TOP if n is None else min(TILE_TOP, n)
                 if len(ranks) != want:
                     fail(line, key, f"{want} tile configs, got {len(ranks)}")
             if n is not None and max(ranks) >= n:
                 fail(line, key, f"indices below {n} (the graph's configs), got {max(ranks)}")
-            if parts[0] == "layout" and n is not None and len(ranks) != n:
+            if kind == "layout" and n is not None and len(ranks) != n:
                 fail(line, key, f"a full permutation of {n} configs, got {len(ranks)}")
             out[key] = ranks
     if num_configs is not None:
@@ -97,3 +117,12 @@ def read_submission(path: str | Path,
             raise SubmissionError(f"{path}: expected a row for every graph; missing "
                                   f"{len(absent)}, e.g. {absent[:3]}")
     return out
+
+
+def _expected_graph(key: str, num_configs: Mapping[str, int]) -> str:
+    """What an ID of no expected graph should have been: its collection's or another."""
+    collection, _, graph = key.rpartition(":")
+    known = sorted({k.rpartition(":")[0] for k in num_configs})
+    if collection in known:
+        return f"an ID of an expected graph, got graph {graph} that {collection} lacks"
+    return f"an ID of an expected collection ({', '.join(known)}), got {collection}"

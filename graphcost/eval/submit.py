@@ -29,8 +29,9 @@ def make_submission(models: dict[str, str | Path | Model], data: str | Path, out
         raise UserError(f"no collection {', '.join(missing)} under {data}; found "
                         f"{', '.join(sorted(found)) or 'none'}")
     loaded = {name: as_model(model, device) for name, model in models.items()}
-    for name, m in loaded.items():  # every model checked before the first is run
-        found[name].files(split)
+    for name, m in loaded.items():  # every model and ID checked before the first is run
+        for path in found[name].files(split):
+            submission_id(name, path.stem)
         if m.kind != found[name].kind:
             raise UserError(f"the model for {name} is a {m.kind} model; the collection is "
                             f"{found[name].kind}")
