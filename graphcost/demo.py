@@ -96,8 +96,9 @@ def fit_heuristics(coll: Collection, folder: Path, s: DemoSettings,
     """Fit every heuristic baseline of the collection's kind into `folder/<name>` and
     return the best by validation score (chosen as a trained model's epoch is, never on
     the test split); one that refuses the collection (default-first on tile data with
-    no default config) is said and left out. None when all refuse."""
-    best, best_score = None, -np.inf
+    no default config) is said and left out. None when all refuse. Without validation
+    graphs none can be chosen: the first is kept, and that is said."""
+    best, best_score, unvalidated = None, -np.inf, None
     for name in model_names(coll.kind, learned=False):
         try:
             _, result = train_model(coll.root, name, folder / name, s.train_settings(name),
@@ -105,9 +106,13 @@ def fit_heuristics(coll: Collection, folder: Path, s: DemoSettings,
         except UserError as e:
             log(f"   ({name} left out: {e})")
             continue
+        unvalidated = result["no_validation"]
         score = result["best_score"] if np.isfinite(result["best_score"]) else -np.inf
         if best is None or score > best_score:
             best, best_score = name, score
+    if best is not None and unvalidated:
+        log(f"   ({unvalidated}: no validation score to choose a heuristic by; {best} is "
+            "kept as the first that fitted)")
     return best
 
 

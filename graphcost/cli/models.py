@@ -93,12 +93,22 @@ def train_cmd(data: str, model_name: str, out_dir: str, resume: bool, overwrite:
     if is_main_process():  # under torchrun: one summary, from rank 0
         if result.get("early_stop") and not settings.progress:  # fit printed it otherwise
             click.echo(result["early_stop"])
-        if "closed_form" in result:  # a heuristic baseline: fitted at once, not trained
-            click.echo(f"{result['collection']}: {result['closed_form']} (validation score "
-                       f"{result['best_score']:.4f}); model in {out_dir}")
-        else:
-            click.echo(f"{result['collection']}: best epoch {result['best_epoch']} "
-                       f"(score {result['best_score']:.4f}); model in {out_dir}")
+        click.echo(f"{result['collection']}: {_outcome(result)}; model in {out_dir}")
+
+
+def _outcome(result: dict) -> str:
+    """What a run kept and by which figure: a validation figure, or the training loss
+    when there was nothing to validate on (said with why, never as a negated-loss score)."""
+    why = result["no_validation"]
+    if "closed_form" in result:  # a heuristic baseline: fitted at once, not trained
+        checked = (f"not validated: {why}" if why
+                   else f"validation score {result['best_score']:.4f}")
+        return f"{result['closed_form']} ({checked})"
+    if why:
+        return (f"best epoch {result['best_epoch']} by training loss "
+                f"{result['best_value']:.4f} ({why})")
+    figure = "validation OPA" if result["best_by"] == "valid_opa_pooled" else "validation score"
+    return f"best epoch {result['best_epoch']} ({figure} {result['best_value']:.4f})"
 
 
 @click.command("evaluate")

@@ -62,12 +62,29 @@ def plot_learning_curves(runs: list[RunResult], path: Path, title: str) -> Path:
     ax_loss.set(xlabel="epoch", ylabel="train loss", title="training loss")
     ax_val.set(xlabel="epoch", ylabel="validation score",
                title="validation score (τ; tile: 2 − top-5 ratio)")
+    chosen = [n for n in map(selection_note, runs) if n]
+    if chosen:  # no validation line: say what chose the best epoch instead
+        ax_val.text(0.5, 0.5, "\n".join(chosen), ha="center", va="center", wrap=True,
+                    transform=ax_val.transAxes)
     for ax in (ax_loss, ax_val):
         ax.grid(alpha=0.3)
         if ax.get_legend_handles_labels()[0]:  # a heuristic alone draws no loss line
             ax.legend()
     fig.suptitle(title)
     return _save(fig, path)
+
+
+def selection_note(run: RunResult) -> str | None:
+    """What chose a run's best epoch when no validation did (its `metrics.jsonl` rows
+    say `best_by`: train_loss): the training loss, said with the epoch and the loss, as
+    the learning curves then have no validation line. None when validation chose it."""
+    last = run.history[-1] if run.history else {}
+    if last.get("best_by") != "train_loss":
+        return None
+    epoch = last.get("best_epoch")
+    loss = next((h.get("train_loss") for h in run.history if h.get("epoch") == epoch), None)
+    at = "" if loss is None else f" {loss:.4f}"
+    return f"{run.model}: no validation graphs; best epoch {epoch} chosen by training loss{at}"
 
 
 def plot_per_graph(runs: list[RunResult], path: Path, title: str,
@@ -168,6 +185,7 @@ def write_report(runs: list[RunResult], out_dir: str | Path, title: str = "graph
                 pics.append(plot_scatter(r, out / f"{slug}_{r.model}_scatter.png",
                                          f"{coll}, {r.model}: predicted vs measured"))
         parts.append(f"<h2>{html.escape(coll)}</h2>")
+        parts += [f"<p>{html.escape(n)}</p>" for n in map(selection_note, group) if n]
         parts += [f'<p><img src="{p.name}" alt="{html.escape(p.stem)}"></p>' for p in pics]
     page = out / "index.html"
     page.write_text("<!doctype html><meta charset='utf-8'><title>" + html.escape(title)

@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import sys
 import time
 from collections.abc import Mapping, Sequence
 from pathlib import Path
@@ -73,14 +74,18 @@ def step_strategy(s: TrainSettings) -> type[Step]:
 def fit(model: Model, train_graphs: Sequence[Graph], valid_graphs: Sequence[Graph] | None = None,
         settings: TrainSettings | None = None, out_dir: str | Path | None = None,
         resume: bool = False, record: Mapping[str, Any] | None = None) -> dict:
-    """Train `model` on graphs; returns {'history', 'best_epoch', 'best_score', 'out_dir',
-    'stopped', 'early_stop', 'before_head'} and what the strategy reports (GST:
-    'table_bytes'). `early_stop` says when and why early stopping ended the main phase
-    (None when it ran all its epochs).
+    """Train `model` on graphs; returns {'history', 'best_epoch', 'best_by', 'best_value',
+    'best_score', 'out_dir', 'stopped', 'early_stop', 'before_head'} and what the strategy
+    reports (GST: 'table_bytes'). `early_stop` says when and why early stopping ended the
+    main phase (None when it ran all its epochs).
 
-    Leaves the best weights (by validation score; by train loss without validation
-    graphs) in `model`. `before_head` holds the validation metrics of the best weights
-    before a head-only phase (None without one).
+    Leaves the best weights in `model`: by validation score (or pooled OPA), or by train
+    loss when there is nothing to validate on, which is said on stderr up front and
+    recorded (`best_by` in `run.json` and in each `metrics.jsonl` row). `best_by` names
+    the `metrics.jsonl` figure the best epoch was chosen by and `best_value` is its value
+    then; `best_score` is the validation figure (NaN without validation), never a loss.
+    `before_head` holds the validation metrics of the best weights before a head-only
+    phase (None without one).
 
     `record` says what the run trains on (the collection's `data` path and name, …):
     written to `run.json` and, with a fingerprint of the graph names, into `last.pt`, so
@@ -108,8 +113,6 @@ def fit(model: Model, train_graphs: Sequence[Graph], valid_graphs: Sequence[Grap
     run_data = trained_on(train_graphs, valid_graphs, record)
     if ckpt is not None:
         check_resume(ckpt, Path(out_dir or ".") / "last.pt", model, s, run_data)
-    if out is not None and record is not None:
-        write_json(dict(record), out / "run.json")
     if ckpt is not None:  # the transform and weights of the run being resumed
         model.build(FeatureTransform.from_dict(ckpt["model"]["transform"]))
         model.net.load_state_dict(ckpt["model"]["state_dict"])
@@ -122,6 +125,12 @@ def fit(model: Model, train_graphs: Sequence[Graph], valid_graphs: Sequence[Grap
     step = strategy(model, ctx.wrap(net) if strategy.ddp else net, train_graphs, s, ctx, out)
     valid_pool = validation_items(model, valid_graphs or [], s)
     valid = valid_pool
+    best_by, unvalidated = selection(valid_graphs, bool(valid_pool), s)
+    if unvalidated and ctx.is_main:  # said before training, not only in its last line
+        print(f"warning: {unvalidated}: the best epoch is chosen by training loss, and "
+              "early stopping follows it", file=sys.stderr, flush=True)
+    if out is not None and record is not None:
+        write_json({**record, "best_by": best_by}, out / "run.json")
 
     b = max(1, min(s.graphs_per_batch, len(step)))  # the global batch, split across ranks
     ctx.check_batch(b)
@@ -203,10 +212,10 @@ def fit(model: Model, train_graphs: Sequence[Graph], valid_graphs: Sequence[Grap
                 row.update(validate(model, valid, s.chunk_size, ctx))
                 score = row["valid_opa_pooled" if s.select_on == "opa" else "valid_score"]
             else:
-                score = -row["train_loss"]
+                score = -row["train_loss"]  # the lowest loss is the best
             best.update(score, epoch, model, out / "best.pt" if out is not None else None,
                         count_bad=not head)
-            row["best_epoch"] = best.epoch
+            row["best_epoch"], row["best_by"] = best.epoch, best_by
             history.append(row)
             if out is not None:  # rewritten whole: a full disk leaves no half line
                 write_text("".join(json.dumps(h) + "\n" for h in history), out / "metrics.jsonl")
@@ -228,9 +237,12 @@ def fit(model: Model, train_graphs: Sequence[Graph], valid_graphs: Sequence[Grap
     if not stopped:
         best.restore(net)
         net.to(ctx.device)
-    return {"history": history, "best_epoch": best.epoch, "best_score": best.score,
-            "out_dir": out, "stopped": stopped, "early_stop": early,
-            "before_head": before_head, **closing}
+    by_loss = best_by == "train_loss"
+    return {"history": history, "best_epoch": best.epoch, "best_by": best_by,
+            "best_value": -best.score if by_loss else best.score,
+            "best_score": float("nan") if by_loss else best.score,
+            "no_validation": unvalidated, "out_dir": out, "stopped": stopped,
+            "early_stop": early, "before_head": before_head, **closing}
 
 
 def fit_closed_form(model: Model, train_graphs: Sequence[Graph],
@@ -240,7 +252,8 @@ def fit_closed_form(model: Model, train_graphs: Sequence[Graph],
     train graphs is set once, in closed form, with no optimiser step (config-only's least
     squares; nothing for a training-free rule); then it is validated once. The run folder
     gets what a trained run's has, bar `last.pt`: `run.json`, `metrics.jsonl` (one row,
-    epoch 0) and `best.pt`. The result says what was fitted under 'closed_form'."""
+    epoch 0) and `best.pt`. The result says what was fitted under 'closed_form', and
+    under 'no_validation' why it was not validated (None when it was)."""
     if resume and out is not None and (out / "last.pt").exists():
         raise UserError(f"{out}: holds a trained run (last.pt); {model.name} is fitted at "
                         "once and has nothing to resume: pass --overwrite or another --out")
@@ -253,14 +266,31 @@ def fit_closed_form(model: Model, train_graphs: Sequence[Graph],
     valid = validation_items(model, valid_graphs or [], s)
     if valid:
         row.update(validate(model, valid, s.chunk_size))
-    score = row.get("valid_opa_pooled" if s.select_on == "opa" else "valid_score", float("nan"))
+    best_by, unvalidated = selection(valid_graphs, bool(valid), s)
+    score = row.get(best_by, float("nan"))  # no train loss: only a validation figure
     if out is not None:
         if record is not None:
             write_json(dict(record), out / "run.json")
         write_text(json.dumps(row) + "\n", out / "metrics.jsonl")
         model.save(out / "best.pt")
-    return {"history": [row], "best_epoch": 0, "best_score": score, "out_dir": out,
-            "stopped": False, "early_stop": None, "before_head": None, "closed_form": note}
+    return {"history": [row], "best_epoch": 0, "best_by": None if unvalidated else best_by,
+            "best_value": score, "best_score": score, "no_validation": unvalidated,
+            "out_dir": out, "stopped": False, "early_stop": None, "before_head": None,
+            "closed_form": note}
+
+
+def selection(graphs: Sequence[Graph] | None, validated: bool,
+              s: TrainSettings) -> tuple[str, str | None]:
+    """The `metrics.jsonl` figure that picks the best epoch and drives early stopping,
+    and, when there is nothing to validate on, why (for the warning and the last line):
+    then it is the train loss, and the user must know that no validation chose it."""
+    if validated:
+        return "valid_opa_pooled" if s.select_on == "opa" else "valid_score", None
+    if not graphs:
+        return "train_loss", "no valid/ split"
+    least = least_configs(s.min_configs, s.configs_per_graph)
+    return "train_loss", (f"none of the {len(graphs)} valid graphs has the {least} configs "
+                          "that min_configs asks for")
 
 
 def validation_items(model: Model, graphs: Sequence[Graph],

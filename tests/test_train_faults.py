@@ -1,0 +1,96 @@
+"""Training faults of issue 42 (items 2, 10f, 10g, 10h): a run without validation says
+what chose its best epoch; a setting that cannot change on resume, or that does not
+apply to the collection's kind, is refused naming it; a run that cannot split its
+batch over its processes is refused before any rank starts, and a run that fails
+before its first epoch leaves nothing that blocks its rerun.
+
+As in test_train_guards.py, `no traceback` under CliRunner means: the command ended by
+click's own exit (SystemExit) with status 2, not by an exception escaping it.
+"""
+
+import json
+from pathlib import Path
+
+import pytest
+import torch
+from click.testing import CliRunner
+
+from graphcost.cli import main
+from graphcost.data.synthetic import write_collection
+from graphcost.models.checkpoint import load_checkpoint
+
+torch.set_num_threads(1)
+
+TINY = ("--model", "mlp", "--set", "hidden=8", "--set", "progress=false")
+RANKER = ("--set", "hidden=8", "--set", "opcode_dim=4", "--set", "heads=2",
+          "--set", "layers=1", "--set", "progress=false")
+
+
+@pytest.fixture(scope="module")
+def work(tmp_path_factory) -> Path:
+    """Tiny collections: tile with train/valid/test, tile without valid, and layout."""
+    d = tmp_path_factory.mktemp("faults")
+    write_collection(d / "tile", kind="tile", source="xla",
+                     splits={"train": 3, "valid": 1, "test": 2}, num_nodes=15, num_configs=12)
+    write_collection(d / "novalid", kind="tile", source="xla",
+                     splits={"train": 3, "test": 2}, num_nodes=15, num_configs=12)
+    write_collection(d / "layout", kind="layout", source="xla",
+                     splits={"train": 3, "valid": 1}, num_nodes=20, num_configs=8)
+    return d
+
+
+def tile(work: Path) -> Path:
+    return work / "tile" / "npz" / "tile" / "xla"
+
+
+def layout(work: Path) -> Path:
+    return work / "layout" / "npz" / "layout" / "xla" / "random"
+
+
+def run(*args):
+    return CliRunner().invoke(main, [str(a) for a in args])
+
+
+def refused(result, *needles) -> None:
+    """Exit 2 by click's own exit, the message says `Error:` and names every needle."""
+    assert result.exit_code == 2, result.output
+    assert isinstance(result.exception, SystemExit), result.exception  # no escaped exception
+    assert "Error:" in result.output and "Traceback" not in result.output
+    for needle in needles:
+        assert str(needle) in result.output, (needle, result.output)
+
+
+# ------------------------------------------------------------- 2: no validation split
+
+
+def test_without_a_valid_split_the_run_says_the_training_loss_chose_its_best_epoch(
+        work, tmp_path):
+    data, out = work / "novalid" / "npz" / "tile" / "xla", tmp_path / "run"
+    r = run("train", data, "--out", out, "--epochs", "2", *TINY)
+    assert r.exit_code == 0, r.output
+    warning = [line for line in r.stderr.splitlines() if "warning" in line]
+    assert len(warning) == 1 and "no valid/ split" in warning[0], r.stderr
+    assert "chosen by training loss" in warning[0]
+    rows = [json.loads(line) for line in (out / "metrics.jsonl").read_text().splitlines()]
+    assert all(row["best_by"] == "train_loss" for row in rows)
+    assert json.loads((out / "run.json").read_text())["best_by"] == "train_loss"
+    best = rows[-1]["best_epoch"]
+    loss = next(row["train_loss"] for row in rows if row["epoch"] == best)
+    last = r.stdout.strip().splitlines()[-1]
+    assert f"best epoch {best} by training loss {loss:.4f} (no valid/ split)" in last, last
+    assert "score" not in last
+
+    report = tmp_path / "report"
+    r = run("report", out, "--data", data, "--out", report)
+    assert r.exit_code == 0, r.output
+    assert f"best epoch {best} chosen by training loss {loss:.4f}" in \
+        (report / "index.html").read_text()
+
+
+def test_with_a_valid_split_the_run_names_its_validation_figure(work, tmp_path):
+    out = tmp_path / "run"
+    r = run("train", tile(work), "--out", out, "--epochs", "1", *TINY)
+    assert r.exit_code == 0, r.output
+    assert "warning" not in r.stderr and "training loss" not in r.output
+    assert "best epoch 1 (validation OPA " in r.stdout  # mlp's official recipe: opa
+    assert json.loads((out / "run.json").read_text())["best_by"] == "valid_opa_pooled"
