@@ -94,3 +94,41 @@ def test_with_a_valid_split_the_run_names_its_validation_figure(work, tmp_path):
     assert "warning" not in r.stderr and "training loss" not in r.output
     assert "best epoch 1 (validation OPA " in r.stdout  # mlp's official recipe: opa
     assert json.loads((out / "run.json").read_text())["best_by"] == "valid_opa_pooled"
+
+
+# ------------------------------------------------------- 10f: what a resume may change
+
+
+def killed_run(work: Path, out: Path) -> Path:
+    """A run stopped after epoch 1 of 2, as if killed: `out/last.pt` to resume."""
+    r = run("train", tile(work), "--out", out, "--epochs", "2", *TINY,
+            "--set", "stop_after_epoch=1")
+    assert r.exit_code == 0, r.output
+    assert (out / "last.pt").exists() and not (out / "model.pt").exists()
+    return out
+
+
+@pytest.mark.parametrize("setting, new", [("lr", 0.5), ("weight_decay", 0.25), ("seed", 7),
+                                          ("select_on", "score")])
+def test_resume_refuses_a_setting_that_the_restored_state_would_override(
+        work, tmp_path, setting, new):
+    out = killed_run(work, tmp_path / "run")
+    before = (out / "last.pt").read_bytes()
+    stored = load_checkpoint(out / "last.pt")["settings"][setting]
+    assert stored != new
+    refused(run("train", tile(work), "--out", out, "--epochs", "2", *TINY, "--resume",
+                "--set", f"{setting}={new}"),
+            out / "last.pt", f"setting {setting} is {stored!r} in the run, {new!r} here",
+            "cannot change it")
+    assert (out / "last.pt").read_bytes() == before and not (out / "model.pt").exists()
+
+
+def test_resume_applies_the_settings_that_may_change(work, tmp_path):
+    out = killed_run(work, tmp_path / "run")
+    r = run("train", tile(work), "--out", out, "--epochs", "3", *TINY, "--resume",
+            "--set", "patience=5", "--set", "warmup_steps=3")
+    assert r.exit_code == 0, r.output
+    settings = load_checkpoint(out / "last.pt")["settings"]
+    assert (settings["epochs"], settings["patience"], settings["warmup_steps"]) == (3, 5, 3)
+    rows = (out / "metrics.jsonl").read_text().splitlines()
+    assert [json.loads(row)["epoch"] for row in rows] == [1, 2, 3]

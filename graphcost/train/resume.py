@@ -93,17 +93,35 @@ def trained_on(train: Sequence[Graph], valid: Sequence[Graph] | None,
     return {**known, "train": len(names[0]), "valid": len(names[1]), "graphs": digest[:16]}
 
 
-#: training settings a resumed run must keep: the optimiser state and the training
-#: mode's state (GST's table) mean something else under another value
-KEPT_ON_RESUME = ("optimizer", "mode")
+#: training settings a resumed run must keep, and why: the state it restores from
+#: `last.pt` would silently override a new value, or mean something else under it
+KEPT_ON_RESUME = {
+    "optimizer": "its optimizer state is the run's optimizer's",
+    "mode": "its training mode's state (GST's table) is the run's mode's",
+    "lr": "the optimizer and scheduler state it restores hold the run's learning rate",
+    "weight_decay": "the optimizer state it restores holds the run's weight decay",
+    "seed": "the random number states it restores go on from the run's seed",
+    "select_on": "the best score it restores, and early stopping's count, are of the "
+                 "run's select_on figure",
+    "warm_start": "it restores the run's own weights",
+}
 
 
 def check_resume(ckpt: dict, path: Path, model: Model, settings: TrainSettings,
                  data: Mapping[str, Any]) -> None:
     """Refuse to resume from `path` a run that cannot continue here, naming what differs:
     a missing key, another model or other model settings (its weights would not fit),
-    another optimiser or training mode (its state would not fit), or other graphs (it
-    would go on training on another collection)."""
+    a training setting of `KEPT_ON_RESUME` (optimizer, mode, lr, weight_decay, seed,
+    select_on, warm_start: the state restored from `path` would override the new value
+    or not fit it), or other graphs (it would go on training on another collection).
+
+    Every other training setting may change on resume and applies from the first
+    resumed epoch on: epochs (more or fewer; the cosine schedule stretches to the new
+    length), patience, steps_per_epoch, warmup_steps, min_lr_ratio, the sampling
+    (graphs_per_batch, configs_per_graph, fast_bias, dedup, min/max_configs,
+    last_batch), the loss and its margin and temperature, clipping, validation
+    (valid_configs, valid_resample), GST's fresh segments, stale dropout, head epochs
+    and config cap, device, chunk_size, memory_budget, progress and stop_after_epoch."""
     try:
         require_keys(ckpt, RESUME_KEYS, "a training checkpoint (last.pt)")
         previous = Model.from_state(ckpt["model"])
@@ -124,10 +142,10 @@ def check_resume(ckpt: dict, path: Path, model: Model, settings: TrainSettings,
     differ = [k for k in KEPT_ON_RESUME if k in kept and kept[k] != ours[k]]
     if differ:
         raise UserError(
-            f"{path}: " + ", ".join(f"{k} is {kept[k]!r} in the run, {ours[k]!r} here"
-                                    for k in differ)
-            + "; a run keeps its optimizer and mode: resume without changing them, or train "
-            "into another --out")
+            f"{path}: " + "; ".join(f"setting {k} is {kept[k]!r} in the run, {ours[k]!r} "
+                                    f"here, and a resumed run cannot change it: "
+                                    f"{KEPT_ON_RESUME[k]}" for k in differ)
+            + "; resume without changing it, or train into another --out")
     before = ckpt.get("trained_on")  # absent in runs of older graphcost versions
     if before is not None and any(before.get(k) != data.get(k)
                                   for k in ("collection", "graphs")):
