@@ -8,10 +8,11 @@ import numpy as np
 import pytest
 import torch
 from click.testing import CliRunner
+from conftest import raw_arrays
 
 from graphcost.cli import main
 from graphcost.data.inspect import sample_root
-from graphcost.data.synthetic import make_tile_graph
+from graphcost.data.synthetic import make_tile_graph, write_collection
 from graphcost.eval.submission import SubmissionError, read_submission
 from graphcost.formats import read_graph, write_graph
 
@@ -150,3 +151,41 @@ def test_submit_on_the_bundled_options_collection_reads_back_and_other_ids_are_r
     refused(run("submit", tmp_path / "mine", "-m", model, "--out", tmp_path / "mine.csv"),
             "collection mine", "options:<source>:<graph>")
     assert not (tmp_path / "mine.csv").exists()
+
+
+# --------------------------------------------------------------------------- validate
+
+
+def _rewrite(path: Path, **arrays: np.ndarray) -> None:
+    """`path` again with some of its arrays replaced."""
+    a = raw_arrays(read_graph(path, lazy=False))
+    path.unlink()
+    np.savez(path, **{**a, **arrays})
+
+
+def test_validate_refuses_the_nan_and_negative_runtimes_evaluate_leaves_out(tmp_path):
+    base = write_collection(tmp_path / "data", kind="tile", source="synth",
+                            splits={"train": 3, "valid": 1, "test": 4}, num_nodes=8,
+                            num_configs=8)
+    tests = sorted((base / "test").glob("*.npz"))
+    rt = read_graph(tests[0]).config_runtime
+    _rewrite(tests[0], config_runtime=np.where(np.arange(8) == 1, np.nan, rt))
+    _rewrite(tests[1], config_runtime=np.where(np.arange(8) == 2, -3.0, rt))
+    _rewrite(tests[2], config_runtime_normalizers=np.where(np.arange(8) == 4, np.nan, rt))
+    r = run("validate", base)
+    assert r.exit_code == 1
+    bad = sorted(line for line in r.output.splitlines() if line.startswith("BAD"))
+    assert len(bad) == 3 and "5 of 8 files valid" in r.output, r.output
+    keys = ("'config_runtime'", "'config_runtime'", "'config_runtime_normalizers'")
+    for line, path, needle in zip(bad, tests[:3], keys, strict=True):
+        assert str(path) in line and needle in line, line
+    assert "got nan at config 1" in bad[0] and "got -3.0 at config 2" in bad[1]
+    r = run("train", base, "--model", "config-only", "--out", tmp_path / "run")
+    assert r.exit_code == 0, r.output
+    r = run("evaluate", tmp_path / "run" / "model.pt", base, "--split", "test")
+    assert r.exit_code == 0 and "warning: 3 files left out" in r.output, r.output
+    assert [line.split()[0] for line in r.output.splitlines()
+            if line.startswith("synth_test_")] == [tests[3].stem]
+    # placeholders (absent, or zeros as the published test split) stay files to rank
+    _rewrite(tests[3], config_runtime=np.zeros(8))
+    assert run("validate", tests[3]).exit_code == 0

@@ -27,7 +27,8 @@ MAX_OPCODE = 255  # ids are stored as uint8 in the wild; docs/design.md §3 uses
 def validate_graph(g: Graph, path: str | Path, deep: bool = False,
                    runtimes: bool = True) -> None:
     """Raise `GraphFileError` on the first inconsistency of `g` (read from `path`);
-    `runtimes=False` checks only the shape of runtimes (a file to rank, not to score)."""
+    `runtimes=False` reads a file to rank, not to score: its runtimes may be placeholders
+    (`_placeholder`), but real runtimes are checked as in any file."""
 
     def fail(key: str, expected: str) -> None:
         raise GraphFileError(path, key, expected)
@@ -59,10 +60,19 @@ def validate_graph(g: Graph, path: str | Path, deep: bool = False,
                 "config_feat" if isinstance(g, TileGraph) else "node_config_feat", fail)
 
 
+def _placeholder(values: np.ndarray) -> bool:
+    """Runtimes that measure nothing, as a file to rank may hold: absent (read as NaN)
+    or one value for every config (the zeros of the published test split)."""
+    return bool(np.all(np.isnan(values)) or np.all(values == values.flat[0]))
+
+
 def _validate_runtime(rt: np.ndarray, c: int, key: str, fail, runtimes: bool) -> None:
+    """One check of runtimes for every reader (validate, evaluate, train, submit): those
+    of a file to score, and those of a file to rank unless they are placeholders; a
+    NaN among real runtimes is a broken file wherever it lies."""
     if rt.shape != (c,):
         fail(key, f"shape ({c},), one runtime per config, got {rt.shape}")
-    if not runtimes:
+    if not runtimes and _placeholder(rt):
         return
     if not np.all(np.isfinite(rt)):
         bad = int(np.flatnonzero(~np.isfinite(rt))[0])
@@ -83,7 +93,7 @@ def _validate_tile(g: TileGraph, fail, runtimes: bool) -> None:
     norm = g.config_runtime_normalizers
     if norm.shape != (c,):
         fail("config_runtime_normalizers", f"shape ({c},), got {norm.shape}")
-    if runtimes and not np.all(norm > 0):  # NaN fails too
+    if (runtimes or not _placeholder(norm)) and not np.all(norm > 0):  # NaN fails too
         bad = int(np.flatnonzero(~(norm > 0))[0])
         fail("config_runtime_normalizers", "positive normalizers (the default config's "
              f"runtime), got {norm[bad]} at config {bad}")
