@@ -132,3 +132,31 @@ def test_resume_applies_the_settings_that_may_change(work, tmp_path):
     assert (settings["epochs"], settings["patience"], settings["warmup_steps"]) == (3, 5, 3)
     rows = (out / "metrics.jsonl").read_text().splitlines()
     assert [json.loads(row)["epoch"] for row in rows] == [1, 2, 3]
+
+
+# ------------------------------------------------ 10g: settings of the other kind only
+
+
+@pytest.mark.parametrize("data, setting, applies, kind", [
+    (layout, "tile_join=late", "tile", "layout"),
+    (tile, "change_features=true", "layout", "tile"),
+    (tile, "prune_hops=1", "layout", "tile"),
+    (tile, "segment_size=100", "layout", "tile"),
+])
+def test_a_setting_of_the_other_kind_only_is_refused_naming_it_and_the_kind(
+        work, tmp_path, data, setting, applies, kind):
+    out = tmp_path / "run"
+    key = setting.partition("=")[0]
+    refused(run("train", data(work), "--out", out, "--epochs", "1", *RANKER, "--set", setting),
+            f"setting '{key}' applies to {applies} models only", f"this is a {kind} ranker")
+    assert not out.exists()
+    refused(run("crossval", data(work), "--folds", "2", *RANKER, "--set", setting),
+            f"'{key}'", f"{kind} ranker")
+
+
+def test_a_setting_of_its_own_kind_is_stored_and_applied(work, tmp_path):
+    out = tmp_path / "run"
+    r = run("train", layout(work), "--out", out, "--epochs", "1", *RANKER,
+            "--set", "change_features=true")
+    assert r.exit_code == 0, r.output
+    assert load_checkpoint(out / "model.pt")["settings"]["change_features"] is True

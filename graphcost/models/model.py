@@ -44,6 +44,7 @@ class Model:
         base = settings if settings is not None else spec.default_settings(kind)
         self.settings = fields.build(spec.settings, overrides, base, what=f"{name} setting")
         fields.check(self.settings, getattr(spec.settings, "RULES", {}))
+        check_kind(spec.settings, overrides, name, kind)
         heads = getattr(self.settings, "heads", 1)
         if getattr(self.settings, "attn_layers", 0) and self.settings.hidden % heads:
             raise SettingsError(f"setting 'hidden' ({self.settings.hidden}) must be a "
@@ -146,6 +147,18 @@ class Model:
             return cls.from_state(state, device)
         except UserError as e:
             raise UserError(f"{path}: {e}") from None
+
+
+def check_kind(settings: type, given: Iterable[str], name: str, kind: str) -> None:
+    """Refuse a setting given for a model of the kind it does not apply to (the
+    settings class's `KINDS`: setting → the one kind it applies to), naming it and the
+    kind: the other kind's network never reads it, so it would be stored and ignored."""
+    kinds = getattr(settings, "KINDS", {})
+    wrong = [key for key in given if kinds.get(key, kind) != kind]
+    if wrong:
+        raise SettingsError(
+            "; ".join(f"setting '{key}' applies to {kinds[key]} models only" for key in wrong)
+            + f", and this is a {kind} {name} model (of a {kind} collection): drop it")
 
 
 def check_device(device: str | torch.device) -> torch.device:

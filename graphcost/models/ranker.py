@@ -117,6 +117,10 @@ class RankerSettings:
     change_features: bool = False  # layout: per role, changed order or not (`layout_features`)
     # what a checkpoint written before a setting existed was trained with
     BEFORE: ClassVar[dict[str, Any]] = {"tile_join": "late"}
+    # settings only one kind's network reads (`Model` refuses them for the other kind)
+    KINDS: ClassVar[dict[str, str]] = {
+        "tile_join": "tile", "change_features": "layout", "prune_hops": "layout",
+        "segment_size": "layout", "segment_halo": "layout"}
     RULES: ClassVar[dict[str, fields.Rule]] = {
         "hidden": fields.AT_LEAST_1, "opcode_dim": fields.AT_LEAST_1,
         "layers": fields.AT_LEAST_1, "dropout": fields.FRACTION,
