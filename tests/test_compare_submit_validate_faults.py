@@ -1,6 +1,7 @@
 """Issue 42, item 10: compare, submit, read_submission and validate say when their
 inputs do not fit, instead of answering anyway."""
 
+import json
 import shutil
 from pathlib import Path
 
@@ -189,3 +190,40 @@ def test_validate_refuses_the_nan_and_negative_runtimes_evaluate_leaves_out(tmp_
     # placeholders (absent, or zeros as the published test split) stay files to rank
     _rewrite(tests[3], config_runtime=np.zeros(8))
     assert run("validate", tests[3]).exit_code == 0
+
+
+def test_duplicate_configs_more_than_2x_apart_are_named_by_validate_and_evaluate(
+        tmp_path, caplog):
+    base = write_collection(tmp_path / "data", kind="tile", source="synth",
+                            splits={"train": 3, "valid": 1, "test": 2}, num_nodes=8,
+                            num_configs=8)
+    path = sorted((base / "test").glob("*.npz"))[0]
+    g = read_graph(path)
+    feat, rt = g.config_feat.copy(), g.config_runtime.copy()
+    feat[1], rt[1] = feat[0], 3 * rt[0]  # one config measured 3x apart: contradicts
+    feat[3], rt[3] = feat[2], 1.5 * rt[2]  # 1.5x apart: noise, said nothing of
+    norm = np.full(8, g.config_runtime_normalizers[0])
+    _rewrite(path, config_feat=feat, config_runtime=rt, config_runtime_normalizers=norm)
+    r = run("validate", base)
+    assert r.exit_code == 0 and "6 of 6 files valid" in r.output, r.output
+    warned = [line for line in r.output.splitlines() if line.startswith("WARN")]
+    assert len(warned) == 1, r.output
+    for needle in (str(path), ": 1 of its", "groups of identical configs", "more than 2×",
+                   "up to 3×"):
+        assert needle in warned[0], (needle, warned[0])
+    r = run("train", base, "--model", "config-only", "--out", tmp_path / "run")
+    assert r.exit_code == 0, r.output
+    caplog.clear()
+    out = tmp_path / "eval.json"
+    r = run("evaluate", tmp_path / "run" / "model.pt", base, "--split", "test", "--json", out)
+    assert r.exit_code == 0, r.output
+    said = [rec for rec in caplog.records if "identical configs" in rec.getMessage()]
+    assert len(said) == 1 and said[0].levelname == "WARNING"
+    assert str(path) in said[0].getMessage() and ": 1 of its" in said[0].getMessage()
+    assert "identical configs" not in r.stdout  # stderr only: the report is unchanged
+    assert path.stem in json.loads(out.read_text())["graphs"]
+
+
+def test_the_bundled_sample_has_no_contradicting_duplicates():
+    r = run("validate", sample_root() / "npz")
+    assert r.exit_code == 0 and "WARN" not in r.output, r.output

@@ -42,16 +42,21 @@ def info(path: str | None, sample: bool) -> None:
 @click.command()
 @click.argument("paths", nargs=-1, required=True, type=click.Path(exists=True))
 def validate(paths: tuple[str, ...]) -> None:
-    """Check .npz files or whole collections fully; exit 1 listing every bad file."""
+    """Check .npz files or whole collections fully; exit 1 listing every bad file. A
+    valid file whose identical configs have contradicting runtimes gets a WARN line."""
     from tqdm import tqdm
 
     from graphcost.data.inspect import expand_paths, validate_paths
 
     n = len(expand_paths(paths))
+    warnings: list[str] = []
     bad = validate_paths(paths, progress=lambda it: tqdm(it, total=n, desc="validate", disable=None,
-                                                         unit="file", leave=False))
+                                                         unit="file", leave=False),
+                         warn=warnings.append)
     for e in bad:
         click.echo(f"BAD {e}")
+    for w in warnings:
+        click.echo(f"WARN {w}")
     click.echo(f"{n - len(bad)} of {n} files valid, {len(bad)} bad")
     if bad:
         raise SystemExit(1)

@@ -11,6 +11,7 @@ from pathlib import Path
 import numpy as np
 
 from graphcost.data.collection import FileSummary, find_collections, summarize_file
+from graphcost.data.dedup import duplicates
 from graphcost.errors import CollectionError
 from graphcost.formats import GraphFileError, read_graph
 from graphcost.formats.npz import RUNTIME_KEYS
@@ -34,14 +35,16 @@ def expand_paths(paths: Iterable[str | Path]) -> list[Path]:
     return list(dict.fromkeys(out))
 
 
-def check_file(path: Path) -> GraphFileError | None:
+def check_file(path: Path, warn: Callable[[str], None] | None = None
+               ) -> GraphFileError | None:
     """The first problem of one file, or None: exactly what every reader refuses
     (`read_graph` checks dtypes, sizes, shapes, ranges and NaN/inf), so a file validate
     passes is one submit, evaluate and train can use. A file of a `test` split may lack
     runtimes (or hold zeros), as the published test split does: it is checked as a file
-    to rank."""
+    to rank. `warn` receives what a reader takes but should not be silent about:
+    identical configs whose runtimes contradict (`duplicates`)."""
     try:
-        read_graph(path, lazy=True)
+        graph = read_graph(path, lazy=True)
     except GraphFileError as e:
         if not (e.key in RUNTIME_KEYS and path.parent.name == "test"):
             return e
@@ -49,16 +52,23 @@ def check_file(path: Path) -> GraphFileError | None:
             read_graph(path, lazy=True, runtimes=False)
         except GraphFileError as again:
             return again
+        return None  # a file to rank: no runtimes to compare its duplicates by
+    if warn is not None:
+        found = duplicates(graph)
+        if found.contradicting:
+            warn(found.warning(path))
     return None
 
 
 def validate_paths(paths: Iterable[str | Path],
-                   progress: Callable[[Iterable], Iterable] = iter) -> list[GraphFileError]:
-    """Every bad file among `paths` (files or folders), with its error."""
+                   progress: Callable[[Iterable], Iterable] = iter,
+                   warn: Callable[[str], None] | None = None) -> list[GraphFileError]:
+    """Every bad file among `paths` (files or folders), with its error; `warn` as for
+    `check_file`."""
     files = expand_paths(paths)
     if not files:
         raise CollectionError(f"no .npz files in {', '.join(map(str, paths))}")
-    return [e for e in map(check_file, progress(files)) if e is not None]
+    return [e for e in (check_file(f, warn) for f in progress(files)) if e is not None]
 
 
 @dataclass

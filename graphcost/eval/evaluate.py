@@ -3,17 +3,21 @@
 from __future__ import annotations
 
 import json
+import logging
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 
 import numpy as np
 
 from graphcost.data.collection import Collection, open_collection
+from graphcost.data.dedup import duplicates
 from graphcost.errors import CollectionError, UserError
 from graphcost.eval.metrics import evaluate_graphs
 from graphcost.formats import GraphFileError, read_graph
 from graphcost.models.model import Model, as_model
 from graphcost.models.scorer import score_graph
+
+log = logging.getLogger("graphcost")
 
 
 def evaluate_model(model: Model | str | Path, data: str | Path | Collection,
@@ -43,6 +47,7 @@ def evaluate_model(model: Model | str | Path, data: str | Path | Collection,
     if split in SPLIT_WARNINGS:
         notes.append(f"warning: {SPLIT_WARNINGS[split]}")
     preds, runtimes = {}, {}
+    paths = {p.stem: p for p in coll.files(split)}
     for g in coll.graphs(split):
         ids = None
         if indices is not None:
@@ -50,6 +55,9 @@ def evaluate_model(model: Model | str | Path, data: str | Path | Collection,
         elif max_configs and g.num_configs > max_configs:
             ids = np.sort(np.random.default_rng(0).choice(g.num_configs, max_configs, False))
         preds[g.name] = score_graph(m, g, ids, chunk_size)
+        found = duplicates(g, ids)
+        if found.contradicting:  # scored as they are; said on stderr, as a skipped file
+            log.warning(found.warning(paths.get(g.name, g.name)))
         target = np.asarray(g.target, dtype=np.float64)
         runtimes[g.name] = target if ids is None else target[ids]
     if coll.skipped:
