@@ -36,3 +36,11 @@ def graph_kind_of(space: str) -> str:
     if space not in SPACES:
         raise ValueError(f"unknown space {space!r}: expected one of {list(SPACES)}")
     return "tile" if space == "options" else "layout"
+
+
+def collection_space(collection: str) -> str | None:
+    """What the configs of a collection set, by its name's first part: a space
+    (`layout:cpu:random`, `options:cpu`), `tile` for TPU tile sizes (`tile:xla`, or a
+    folder `tile` of converted records), None when the name does not say."""
+    head = collection.partition(":")[0]
+    return head if head in (*SPACES, "tile") else None

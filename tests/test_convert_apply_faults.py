@@ -149,3 +149,70 @@ def test_an_undamaged_config_applies(tmp_path):
     path.write_text(json.dumps(GOOD))
     result = run("apply", path, "test_convert_apply_faults:moved_program")
     assert result.exit_code == 0 and "outputs match" in result.output, result.output
+
+
+# ------------------------------------------------------------------ a model of another space
+
+TINY = ("--model", "mlp", "--set", "hidden=8", "--set", "progress=false", "--epochs", "1")
+SMALL = ("--no-pin", "--k", "1", "--samples", "8", "--evaluations", "8", "--runs", "2",
+         "--warmup", "0", "--confirm-rounds", "2")
+
+
+def _tile_model(root: Path, collection: Path) -> Path:
+    """A one-epoch tile model trained (by `train`) on the tile graphs of `collection`."""
+    import numpy as np
+
+    from graphcost.data.synthetic import make_tile_graph
+    from graphcost.formats.npz import write_graph
+
+    rng = np.random.default_rng(0)
+    for split, count in (("train", 3), ("valid", 1)):
+        for i in range(count):
+            write_graph(collection / split / f"g{i}.npz",
+                        make_tile_graph(rng, num_nodes=15, num_configs=12, name=f"g{i}"))
+    result = run("train", collection, "--out", root / "run", *TINY)
+    assert result.exit_code == 0, result.output
+    return root / "run" / "model.pt"
+
+
+@pytest.fixture(scope="module")
+def tpu_tile_model(tmp_path_factory) -> Path:
+    """A model of TPU tile sizes: trained on a collection named tile:xla."""
+    root = tmp_path_factory.mktemp("tpu")
+    return _tile_model(root, root / "npz" / "tile" / "xla")
+
+
+@pytest.fixture(scope="module")
+def options_model(tmp_path_factory) -> Path:
+    """A model of XLA:CPU compiler options: trained on a collection named options:cpu."""
+    root = tmp_path_factory.mktemp("options")
+    return _tile_model(root, root / "npz" / "options" / "cpu")
+
+
+def test_a_model_records_the_collection_it_was_trained_on(tpu_tile_model, options_model):
+    from graphcost.models import Model
+
+    assert Model.load(tpu_tile_model).collection == "tile:xla"
+    assert Model.load(options_model).collection == "options:cpu"
+
+
+def test_autotune_refuses_a_model_of_tpu_tile_sizes(tpu_tile_model, tmp_path):
+    import graphcost
+
+    out = tmp_path / "chosen.json"
+    refused(run("autotune", "test_convert_apply_faults:moved_program", "--model",
+                tpu_tile_model, "--out", out, *SMALL),
+            tpu_tile_model, "tile:xla", "TPU tile sizes", "options", "options:cpu")
+    assert not out.exists()
+    fn, args = moved_program()
+    with pytest.raises(UserError, match="trained on tile:xla"):
+        graphcost.autotune(fn, args, tpu_tile_model)
+
+
+def test_autotune_takes_a_model_of_compiler_options(options_model, tmp_path):
+    out = tmp_path / "chosen.json"
+    result = run("autotune", "test_convert_apply_faults:moved_program", "--model",
+                 options_model, "--out", out, *SMALL)
+    assert result.exit_code == 0, result.output
+    assert json.loads(out.read_text())["kind"] == "options"
+

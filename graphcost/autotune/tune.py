@@ -14,8 +14,10 @@ model's top 5 ran at 1.03× [0.90, 1.18] random-5's speed from 48 sampled config
 in fresh rounds (`graphcost bench families`, `docs/results.md`). `evaluations` >
 `samples` still searches beyond the sample (`search`).
 
-A layout model scores layout plans, a tile model option configs (a tile model is
-taken to be trained on an `options:cpu` collection: both are 24 graph-level floats).
+A layout model scores layout plans, a tile model option configs. Tile sizes and options
+are both 24 graph-level floats, so a model trained on TPU tile sizes (`tile:xla`) would
+rank options blindly: it is refused (`model_space`); a model that does not say what it
+was trained on (written by an older graphcost) is taken to be of its kind's space.
 
 What is measured and reported (docs/design.md §7 protocol: compile every config first, then
 time in rounds of fresh random order, each config's runtime the protocol's statistic,
@@ -59,7 +61,7 @@ from graphcost.autotune.program import Tunable, measure, prepare
 from graphcost.autotune.search import SearchResult, search
 from graphcost.autotune.space import Config
 from graphcost.errors import UserError
-from graphcost.kinds import space_of
+from graphcost.kinds import collection_space, space_of
 from graphcost.stats import kendall_tau, ratio_interval
 from graphcost.xla.timing import AUTOTUNING, Protocol
 
@@ -195,7 +197,7 @@ def autotune(fn: Callable, args: Sequence[Any], model: Any, *, name: str | None 
     from graphcost.models.model import as_model
 
     m = as_model(model)
-    space = space_of(m.kind)
+    space = model_space(m, "the model" if m is model else str(model))
     name = name or getattr(fn, "__name__", "program")
     secs: dict[str, float] = {}
 
@@ -236,6 +238,24 @@ def autotune(fn: Callable, args: Sequence[Any], model: Any, *, name: str | None 
                         dataclasses.replace(protocol, rounds=confirm_rounds), core)
     secs["confirm_s"] = time.perf_counter() - t0
     return summarize(t, measured, k, res, scoring, protocol, secs, picks, confirmed)
+
+
+#: a collection of each space a model to tune it may be trained on
+EXAMPLE_COLLECTION = {"layout": "layout:cpu:random", "options": "options:cpu"}
+
+
+def model_space(m: Any, source: str) -> str:
+    """The space model `m` tunes (a layout model layouts, a tile model compiler options),
+    refused naming `source` when the collection it was trained on is of another space:
+    a tile model of TPU tile sizes (`tile:xla`) would rank XLA:CPU options blindly."""
+    space = space_of(m.kind)
+    trained = collection_space(m.collection) if isinstance(m.collection, str) else None
+    if trained not in (None, space):
+        what = "TPU tile sizes" if trained == "tile" else f"{trained} configs"
+        raise UserError(f"{source}: a model trained on {m.collection} ({what}) cannot rank "
+                        f"the {space} configs of an XLA:CPU program: use a model trained on "
+                        f"a collection of {space} (such as {EXAMPLE_COLLECTION[space]})")
+    return space
 
 
 def choose(t: Tunable, measured: list[Measured]) -> dict[str, int]:

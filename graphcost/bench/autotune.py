@@ -54,6 +54,7 @@ def model_from_collection(data: str, epochs: int = 30, seed: int = 0) -> tuple[A
     coll = open_collection(data)
     train, valid = training_splits(coll)  # refused without a train split, as `train` is
     model = _train(coll.kind, train, valid, epochs, seed)
+    model.collection = coll.name  # autotune refuses a model of another space
     seen = sorted({family_of(g.name) for g in train + (valid or [])})
     return model, {"source": f"trained on {coll.name} ({data}): {len(train)} train graphs, "
                    f"{len(valid or [])} valid graphs for early stopping", "families_seen": seen,

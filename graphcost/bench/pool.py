@@ -31,8 +31,8 @@ import numpy as np
 from graphcost.autotune.costmodel import CostModel, learn_picks
 from graphcost.autotune.program import Tunable, measure, prepare
 from graphcost.autotune.search import best_of, top_picks
+from graphcost.autotune.tune import model_space
 from graphcost.bench import BenchResult
-from graphcost.kinds import space_of
 from graphcost.stats import (
     expected_best_of_random,
     geomean_ci,
@@ -133,7 +133,7 @@ def bench_pool(programs: Sequence[str], model: Any, model_info: dict[str, Any],
 
     say = log or (lambda _msg: None)
     m = as_model(model)
-    space = space_of(m.kind)
+    space = model_space(m, "the model" if m is model else str(model))
     protocol = protocol or AUTOTUNING
     rows = []
     for spec in programs:

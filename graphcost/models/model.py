@@ -51,6 +51,9 @@ class Model:
                                 f"multiple of 'heads' ({heads})")
         self.transform: FeatureTransform | None = None
         self.net: RankingNet | None = None
+        #: the collection it was trained on (`tile:xla`, `options:cpu`, …; None when not
+        #: known): a tile model of TPU tile sizes must not rank XLA:CPU compiler options
+        self.collection: str | None = None
         self._prune = PruneCache()
 
     def __repr__(self) -> str:
@@ -94,7 +97,7 @@ class Model:
         if self.net is None or self.transform is None:
             raise RuntimeError("the model is not fitted: nothing to save")
         return {"format": FORMAT, "version": __version__, "name": self.name, "kind": self.kind,
-                "settings": dataclasses.asdict(self.settings),
+                "collection": self.collection, "settings": dataclasses.asdict(self.settings),
                 "transform": self.transform.to_dict(),
                 "state_dict": {k: v.detach().cpu() for k, v in self.net.state_dict().items()}}
 
@@ -116,6 +119,7 @@ class Model:
         settings = fields.build(spec.settings, saved,
                                 what=f"{state['name']} setting in the checkpoint")
         model = cls(state["name"], state["kind"], settings)
+        model.collection = state.get("collection")  # absent in older files
         try:
             transform = FeatureTransform.from_dict(state["transform"])
         except (KeyError, TypeError, ValueError) as e:

@@ -58,6 +58,7 @@ def train_model(data: str | Path | Collection, model: str = "ranker",
     coll = data if given else open_collection(data)
     train, valid = training_splits(coll)
     m = Model(model, coll.kind, **(model_settings or {}))
+    m.collection = coll.name  # saved with it: autotune refuses a model of another space
     record: dict[str, Any] = {"data": str(Path(coll.root if given else data).resolve()),
                               "collection": coll.name, "model": model,
                               "model_settings": model_settings or {}}
