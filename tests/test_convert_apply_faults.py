@@ -7,6 +7,7 @@ is on pytest's path).
 """
 
 import copy
+import importlib
 import json
 from pathlib import Path
 
@@ -216,3 +217,62 @@ def test_autotune_takes_a_model_of_compiler_options(options_model, tmp_path):
     assert result.exit_code == 0, result.output
     assert json.loads(out.read_text())["kind"] == "options"
 
+
+# ------------------------------------------------------------------ a function JAX cannot trace
+
+UNFIT = '''
+import jax.numpy as jnp
+
+
+def unfit(x, w):
+    return x @ w  # (4, 8) @ (4, 2): the shapes do not fit
+
+
+def make():
+    return unfit, (jnp.ones((4, 8)), jnp.ones((4, 2)))
+
+
+def programs():
+    return [("unfit.000", *make())]
+'''
+#: what the error must name: the function, its file and JAX's first line
+UNFIT_SAYS = ("JAX could not trace function 'unfit'", "unfit_prog.py:",
+              "dot_general requires contracting dimensions to have the same shape")
+
+
+@pytest.fixture(scope="module")
+def unfit_prog(tmp_path_factory):
+    """The module `unfit_prog`, importable while the tests of this module run."""
+    folder = tmp_path_factory.mktemp("unfit")
+    (folder / "unfit_prog.py").write_text(UNFIT)
+    with pytest.MonkeyPatch.context() as mp:
+        mp.syspath_prepend(str(folder))
+        yield importlib.import_module("unfit_prog")
+
+
+@pytest.mark.parametrize("command", [
+    ["extract", "unfit_prog:make", "{tmp}/graph.npz"],
+    ["measure", "unfit.000", "--programs", "unfit_prog:programs", "--kind", "options"],
+    ["measure", "unfit.000", "--programs", "unfit_prog:programs", "--kind", "layout:random"],
+    ["autotune", "unfit_prog:make", "--model", "{model}", "--out", "{tmp}/chosen.json",
+     *SMALL],
+    ["apply", "{tmp}/good.json", "unfit_prog:make"],
+], ids=["extract", "measure options", "measure layout", "autotune", "apply"])
+def test_a_function_jax_cannot_trace_is_named_with_its_file(command, unfit_prog, options_model,
+                                                            tmp_path):
+    (tmp_path / "good.json").write_text(json.dumps(GOOD))
+    args = [a.format(tmp=tmp_path, model=options_model) for a in command]
+    refused(run(*args), *UNFIT_SAYS)
+    assert not (tmp_path / "graph.npz").exists()
+
+
+def test_the_python_api_names_a_function_jax_cannot_trace(unfit_prog, options_model):
+    import graphcost
+    from graphcost.autotune import apply
+
+    fn, args = unfit_prog.make()
+    for call in (lambda: graphcost.autotune(fn, args, options_model),
+                 lambda: apply(fn, args, GOOD)):
+        with pytest.raises(UserError) as e:
+            call()
+        assert all(s in str(e.value) for s in UNFIT_SAYS), e.value

@@ -81,9 +81,12 @@ class LayoutSpace:
     def __post_init__(self) -> None:
         import jax
 
+        from graphcost.xla.tracing import tracing
+
         self.leaves, self._in_tree = jax.tree.flatten(self.args)
-        closed = jax.make_jaxpr(lambda *xs: self.fn(*jax.tree.unflatten(self._in_tree, xs)))(
-            *self.leaves)
+        with tracing(self.fn):  # the user's code runs here, and only here
+            closed = jax.make_jaxpr(
+                lambda *xs: self.fn(*jax.tree.unflatten(self._in_tree, xs)))(*self.leaves)
         self._closed = closed
         ids: dict = {}
         self.points = [Point("parameter", i, {"out": np.ndim(x)}, {"out": _value_id(ids, (0, v))},

@@ -17,6 +17,7 @@ from graphcost.formats.hlo import HloGraph, hlo_bytes_to_graph
 from graphcost.formats.npz import LayoutGraph
 from graphcost.formats.tuning import program_graph
 from graphcost.xla.programs import call_spec
+from graphcost.xla.tracing import tracing
 
 
 def _jax():
@@ -32,7 +33,8 @@ def compiled_hlo_module(fn: Callable, args: Sequence[Any],
                         compiler_options: dict[str, Any] | None = None) -> bytes:
     """The serialized optimized `HloModuleProto` XLA compiles `fn(*args)` into."""
     jax = _jax()
-    lowered = jax.jit(fn).lower(*args)
+    with tracing(fn):
+        lowered = jax.jit(fn).lower(*args)
     compiled = lowered.compile(compiler_options) if compiler_options else lowered.compile()
     return module_bytes(compiled)
 

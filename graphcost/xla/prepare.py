@@ -163,9 +163,12 @@ def lower_flat(fn: Callable, args: Sequence[Any]) -> Any:
     each compiler-option config compiles from it, so none traces the program again."""
     import jax
 
+    from graphcost.xla.tracing import tracing
+
     leaves, tree = jax.tree.flatten(tuple(args))
-    return jax.jit(lambda *xs: fn(*jax.tree.unflatten(tree, xs)), keep_unused=True
-                   ).lower(*leaves)
+    with tracing(fn):
+        return jax.jit(lambda *xs: fn(*jax.tree.unflatten(tree, xs)), keep_unused=True
+                       ).lower(*leaves)
 
 
 def prepare_options(name: str, fn: Callable, args: Sequence[Any], distinct: int = 16,
