@@ -11,11 +11,11 @@ import pytest
 import torch
 import torch.multiprocessing as mp
 
-from graphcost.data.synthetic import make_layout_graph
+from graphcost.data.synthetic import make_layout_graph, write_collection
 from graphcost.models import Model, score_graph
 from graphcost.models.losses import LOSSES, RankingLoss
 from graphcost.train import TrainSettings, fit
-from graphcost.train.distributed import NORMALIZERS, Context
+from graphcost.train.distributed import NORMALIZERS, Context, check_batch_split
 
 # 3 losses mixed, so every normaliser is exercised; graphs of 5..20 configs, so shards of
 # one step hold unequal numbers of configs (padding, masks)
@@ -155,7 +155,7 @@ def test_shard_and_unshard_partition_a_list():
     net = torch.nn.Linear(2, 2)
     assert one.wrap(net) is net
     with pytest.raises(ValueError, match="graphs_per_batch"):
-        Context(rank=0, world=4).check_batch(3)
+        check_batch_split(3, 10, 4)
 
 
 def test_cli_nproc_relaunches_the_same_command_under_torchrun(tmp_path, monkeypatch):
@@ -166,10 +166,12 @@ def test_cli_nproc_relaunches_the_same_command_under_torchrun(tmp_path, monkeypa
 
     calls = []
     monkeypatch.setattr(distributed, "launch", lambda n, args: calls.append((n, args)) or 0)
-    r = CliRunner().invoke(main, ["train", str(tmp_path), "--out", str(tmp_path / "run"),
+    data = str(write_collection(tmp_path / "data", splits={"train": 2}, num_nodes=10,
+                                num_configs=4))  # the parent counts its train graphs
+    r = CliRunner().invoke(main, ["train", data, "--out", str(tmp_path / "run"),
                                   "--nproc", "2", "--epochs", "3", "--resume", "--set", "lr=0.01"])
     assert r.exit_code == 0, r.output
-    assert calls == [(2, ["train", str(tmp_path), "--model", "ranker", "--out",
+    assert calls == [(2, ["train", data, "--model", "ranker", "--out",
                           str(tmp_path / "run"), "--device", "cpu", "--seed", "0", "--resume",
                           "--epochs", "3", "--set", "lr=0.01"])]
     monkeypatch.undo()  # the real launch, inside a (pretend) torchrun world

@@ -160,3 +160,39 @@ def test_a_setting_of_its_own_kind_is_stored_and_applied(work, tmp_path):
             "--set", "change_features=true")
     assert r.exit_code == 0, r.output
     assert load_checkpoint(out / "model.pt")["settings"]["change_features"] is True
+
+
+# ------------------------------------ 10h: a batch that cannot split, a run that failed
+
+
+def test_nproc_above_the_graphs_of_a_step_is_refused_before_any_rank_starts(work, tmp_path):
+    out = tmp_path / "run"
+    refused(run("train", tile(work), "--out", out, "--epochs", "1", *TINY, "--nproc", "3",
+                "--set", "graphs_per_batch=2"),
+            "--nproc 3", "graphs_per_batch is 2", "at least 3", "--nproc to at most 2")
+    refused(run("train", tile(work), "--out", out, "--epochs", "1", *TINY, "--nproc", "4"),
+            "--nproc 4", "there are 3 train graphs", "--nproc to at most 3")
+    assert not out.exists()  # no rank started, no file written
+    # a batch that splits: 2 processes train into the same folder
+    r = run("train", tile(work), "--out", out, "--epochs", "1", *TINY, "--nproc", "2",
+            "--set", "graphs_per_batch=2")
+    assert r.exit_code == 0, r.output
+    assert (out / "model.pt").exists()
+    assert load_checkpoint(out / "last.pt")["settings"]["graphs_per_batch"] == 2
+
+
+def test_a_run_that_failed_before_its_first_epoch_does_not_block_its_rerun(work, tmp_path):
+    out = tmp_path / "run"
+    refused(run("train", tile(work), "--out", out, "--epochs", "1", *TINY,
+                "--set", "memory_budget=1K"), "memory budget")
+    r = run("train", tile(work), "--out", out, "--epochs", "1", *TINY)
+    assert r.exit_code == 0, r.output
+    # what a run killed during its first epoch leaves: run.json, metrics.jsonl, no weights
+    killed = tmp_path / "killed"
+    killed.mkdir()
+    (killed / "run.json").write_text('{"collection": "another"}')
+    (killed / "metrics.jsonl").write_text("")
+    r = run("train", tile(work), "--out", killed, "--epochs", "1", *TINY)
+    assert r.exit_code == 0, r.output
+    assert json.loads((killed / "run.json").read_text())["collection"] == "tile:xla"
+    assert (killed / "model.pt").exists()

@@ -77,6 +77,12 @@ def train_cmd(data: str, model_name: str, out_dir: str, resume: bool, overwrite:
     settings, model_kw = parse_settings(sets, model_name, **given)  # refused before any work
     check_writable(out_dir, folder=True)
     if nproc > 1:  # the same command in nproc processes, under torchrun
+        from graphcost.data.collection import open_collection
+        from graphcost.train.distributed import check_batch_split
+
+        # refused here, once, rather than in every rank after it has started
+        check_batch_split(settings.graphs_per_batch,
+                          len(open_collection(data).files("train")), nproc)
         args = ["train", data, "--model", model_name, "--out", out_dir,
                 "--device", settings.device, "--seed", str(settings.seed),
                 *(["--resume"] if resume else []), *(["--overwrite"] if overwrite else []),

@@ -39,6 +39,7 @@ import torch
 import torch.distributed as dist
 from torch import Tensor, nn
 
+from graphcost.errors import SettingsError
 from graphcost.models.losses import RankingLoss
 
 T = TypeVar("T")
@@ -115,13 +116,6 @@ class Context:
             out[r::self.world] = part
         return out
 
-    def check_batch(self, graphs_per_step: int) -> None:
-        """Each rank needs a graph of every step: DDP needs a backward pass on every rank."""
-        if graphs_per_step < self.world:
-            raise ValueError(f"a step of {graphs_per_step} graphs cannot be split over "
-                             f"{self.world} processes: raise graphs_per_batch to at least "
-                             f"{self.world} (and have that many train graphs)")
-
     # ------------------------------------------------------------ collectives
 
     def broadcast(self, obj: T) -> T:
@@ -179,6 +173,22 @@ class Context:
     def loss(self, loss: RankingLoss) -> RankingLoss | ShardedLoss:
         """The loss to back-propagate on this rank's shard (see `ShardedLoss`)."""
         return loss if self.world == 1 else ShardedLoss(loss, self)
+
+
+def check_batch_split(graphs_per_batch: int, train_graphs: int, processes: int) -> None:
+    """Refuse a step that cannot be split over `processes`: each rank needs a graph of
+    every step (DDP needs a backward pass on every rank), and a step has
+    min(graphs_per_batch, train graphs) graphs. `graphcost train --nproc` checks it
+    before any rank starts; each rank checks it again on the graphs it kept."""
+    if min(graphs_per_batch, train_graphs) >= processes:
+        return
+    short = (f"graphs_per_batch is {graphs_per_batch}" if graphs_per_batch < processes
+             else f"there are {train_graphs} train graphs")
+    raise SettingsError(
+        f"--nproc {processes} splits every step's graphs over {processes} processes, each "
+        f"needing at least one, but {short}: set graphs_per_batch to at least {processes} "
+        f"(with as many train graphs), or --nproc to at most "
+        f"{min(graphs_per_batch, train_graphs)}")
 
 
 def context(device: str = "cpu") -> Context:

@@ -133,7 +133,7 @@ def fit(model: Model, train_graphs: Sequence[Graph], valid_graphs: Sequence[Grap
         write_json({**record, "best_by": best_by}, out / "run.json")
 
     b = max(1, min(s.graphs_per_batch, len(step)))  # the global batch, split across ranks
-    ctx.check_batch(b)
+    distributed.check_batch_split(s.graphs_per_batch, len(step), ctx.world)
     per_epoch = s.steps_per_epoch or steps_per_epoch(len(step), b, s.last_batch)
 
     def phase_optimiser(head: bool):

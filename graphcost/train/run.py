@@ -19,6 +19,9 @@ from graphcost.train.settings import TrainSettings
 
 #: the files a run writes into its directory (what `--overwrite` replaces)
 RUN_FILES = ("run.json", "metrics.jsonl", "best.pt", "last.pt", "model.pt")
+#: the files that hold a run's weights: without them a folder holds no run to continue or
+#: keep, only what one that failed before its first epoch wrote (run.json, metrics.jsonl)
+WEIGHTS = ("best.pt", "last.pt", "model.pt")
 #: the lock file a run holds for its lifetime
 LOCK = ".lock"
 
@@ -79,8 +82,10 @@ def claim_run_dir(out_dir: str | Path, resume: bool = False,
     """Hold run directory `out_dir` for one training run, so that no two runs mix their
     files there (best.pt from one, model.pt from the other): an exclusive lock on
     `out_dir/.lock` for the run's lifetime, refused naming the holder's pid while another
-    process holds it. A run already there is refused unless `resume` continues it or
-    `overwrite` replaces it; then its files are removed first, so that none outlives it."""
+    process holds it. A run already there (its `WEIGHTS`) is refused unless `resume`
+    continues it or `overwrite` replaces it; then its files are removed first, so that
+    none outlives it. What a run that failed before its first epoch left (no weights) is
+    removed too: it blocks no rerun."""
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)
     with open(out / LOCK, "a+") as lock:
@@ -95,11 +100,12 @@ def claim_run_dir(out_dir: str | Path, resume: bool = False,
         lock.write(f"{os.getpid()}\n")
         lock.flush()
         existing = [name for name in RUN_FILES if (out / name).exists()]
-        if existing and not resume:
-            if not overwrite:
-                raise UserError(f"{out}: already holds a run ({', '.join(existing)}); pass "
-                                "--resume to continue it, --overwrite to replace it, or "
-                                "choose another --out")
+        trained = any(name in WEIGHTS for name in existing)
+        if trained and not (resume or overwrite):
+            raise UserError(f"{out}: already holds a run ({', '.join(existing)}); pass "
+                            "--resume to continue it, --overwrite to replace it, or "
+                            "choose another --out")
+        if not (trained and resume):
             for name in existing:
                 (out / name).unlink()
         yield out  # the lock is released when the file closes, also on errors
