@@ -7,7 +7,7 @@ from click.testing import CliRunner
 
 from graphcost.cli import main
 from graphcost.data.features import FeatureTransform
-from graphcost.data.synthetic import make_layout_graph, write_collection
+from graphcost.data.synthetic import make_layout_graph, make_tile_graph, write_collection
 from graphcost.models import Model, score_graph
 from graphcost.models.base import collate
 from graphcost.models.segments import GST_SEGMENT_SIZE, segment_bounds, split_segments
@@ -240,6 +240,12 @@ def test_memory_budget_refuses_full_graph_training_and_suggests_gst():
     s = TrainSettings(epochs=1, steps_per_epoch=1, progress=False, memory_budget="1M")
     with pytest.raises(MemoryBudgetError, match=r"mode=gst.*prune"):
         fit(Model("ranker", "layout", prune_hops=-1), graphs, None, s)
+    # a tile ranker has neither segments nor pruning: neither is offered to it
+    with pytest.raises(MemoryBudgetError) as refused:
+        fit(Model("ranker", "tile"), [make_tile_graph(np.random.default_rng(0), 400, 30)],
+            None, s)
+    assert "mode=gst" not in str(refused.value) and "prune" not in str(refused.value)
+    assert "trains whole graphs only" in str(refused.value)
     assert memory_budget_bytes("8G") == 8 << 30 and memory_budget_bytes("off") is None
     assert 0 < memory_budget_bytes("50%") < memory_budget_bytes("100%")
     # GST is not refused: its memory is one segment's

@@ -60,9 +60,10 @@ def full_step_bytes(nodes: int, configs: int, hidden: int, layers: int) -> int:
 
 
 def check_full_graph_memory(model_settings: Any, nodes: Sequence[int], graphs_per_batch: int,
-                            configs_per_graph: int, budget_spec: str) -> int:
+                            configs_per_graph: int, budget_spec: str, kind: str) -> int:
     """Raise MemoryBudgetError when the biggest step (the `graphs_per_batch` largest graphs,
-    as the model sees them) is estimated above the budget; return the estimate."""
+    as the model sees them) is estimated above the budget; return the estimate. Pruning
+    and segments are offered only to layout models (`kind`), the ones that have them."""
     b = max(1, min(graphs_per_batch, len(nodes)))
     step_nodes = int(sum(sorted(nodes, reverse=True)[:b]))
     hidden = int(getattr(model_settings, "hidden", 64))
@@ -70,13 +71,13 @@ def check_full_graph_memory(model_settings: Any, nodes: Sequence[int], graphs_pe
     need = full_step_bytes(step_nodes, configs_per_graph, hidden, layers)
     budget = memory_budget_bytes(budget_spec)
     if budget is not None and need > budget:
-        hops = getattr(model_settings, "prune_hops", None)
+        hops = getattr(model_settings, "prune_hops", None) if kind == "layout" else None
         prune = ("" if hops is None else
                  "; prune harder (--set prune_hops=1)" if hops >= 0 else
                  "; prune to configurable nodes (--set prune_hops=2)")
         # only a model with segment hooks (the ranker) can train in segments
         gst = ("Use Graph Segment Training (--set mode=gst --set segment_size=1000)"
-               if hasattr(model_settings, "segment_size") else
+               if kind == "layout" and hasattr(model_settings, "segment_size") else
                "This model trains whole graphs only")
         raise MemoryBudgetError(
             f"full-graph training would need about {need / 2**30:.1f} GiB per step "

@@ -125,7 +125,8 @@ class FullGraphStep(Step):
         if not self.items:
             raise UserError(NOTHING_TO_RANK)
         check_full_graph_memory(model.settings, [gt.x.shape[0] for gt, _ in self.items],
-                                s.graphs_per_batch, s.configs_per_graph, s.memory_budget)
+                                s.graphs_per_batch, s.configs_per_graph, s.memory_budget,
+                                model.kind)
 
     def __len__(self) -> int:
         return len(self.items)
