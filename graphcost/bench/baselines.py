@@ -18,17 +18,16 @@ resident memory (VmHWM).
 from __future__ import annotations
 
 import json
-import multiprocessing as mp
 import tempfile
 import time
 from collections.abc import Callable, Sequence
-from concurrent.futures import ProcessPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 
+from graphcost import children
 from graphcost.bench import BenchResult
 from graphcost.errors import UserError
 
@@ -201,11 +200,9 @@ def bench_baselines(root: str | Path, seeds: Sequence[int] = (0, 1, 2),
             raise UserError(f"{root / 'npz' / c}: no such collection (--data is the folder "
                             "holding npz/)")
     theirs = load_official(official, root) if official is not None else {}
-    ctx = mp.get_context("spawn")
     ours: dict[tuple[str, str], list[dict]] = {}
     # one fresh process per run, so that each run's peak memory is its own
-    with ProcessPoolExecutor(max_workers=max(1, jobs), mp_context=ctx,
-                             max_tasks_per_child=1) as pool:
+    with children.pool(max(1, jobs), max_tasks_per_child=1) as pool:
         futures = [(c, m, pool.submit(run_one, str(root / "npz" / c), m, s, threads))
                    for c, m in plan for s in seeds]
         for c, m, fut in futures:

@@ -27,15 +27,14 @@ The dataset is a collection (`data`, e.g. the bundled one) or synthetic layout g
 from __future__ import annotations
 
 import dataclasses
-import multiprocessing as mp
 import time
 from collections.abc import Callable, Sequence
-from concurrent.futures import ProcessPoolExecutor
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 
+from graphcost import children
 from graphcost.bench import BenchResult
 from graphcost.errors import UserError
 from graphcost.stats import paired_difference
@@ -169,10 +168,9 @@ def bench_gst(variants: Sequence[str], spec: GstBenchSpec, jobs: int = 1,
         parse_variant(v)
     if spec.data is not None:  # a bad path fails here, not in every worker
         load_splits(spec)
-    ctx = mp.get_context("spawn")
     rows: dict[str, dict] = {}
     seeds = [spec.seed + k for k in range(max(1, spec.repeats))]
-    with ProcessPoolExecutor(max_workers=max(1, jobs), mp_context=ctx) as pool:
+    with children.pool(max(1, jobs)) as pool:
         futures = [(v, [pool.submit(run_variant, v, spec, seed) for seed in seeds])
                    for v in variants]
         for v, runs in futures:

@@ -45,6 +45,7 @@ import numpy as np
 from scipy.optimize import brentq
 from scipy.special import ndtri
 
+from graphcost import children
 from graphcost.atomic import write_json
 from graphcost.bench import BenchResult
 from graphcost.errors import UserError
@@ -103,6 +104,13 @@ class Shape:
     def config_bytes(self) -> int:
         """Uncompressed `node_config_feat` (layout): what the read cache holds for it."""
         return self.configs * self.configurable * CONFIG_ROW_BYTES
+
+    @property
+    def tile_bytes(self) -> int:
+        """Uncompressed arrays of a tile graph: per node 140 float32 features, an int64
+        opcode and about two edges (int64 pairs); per config 24 float32 features and two
+        int64 runtimes."""
+        return self.nodes * (140 * 4 + 8 + 2 * 16) + self.configs * (24 * 4 + 2 * 8)
 
 
 def clipped_lognormal(n: int, mean: float, low: int, high: int, sigma: float) -> np.ndarray:
@@ -212,12 +220,12 @@ def run_step(step: str, args: Sequence[str], env: dict[str, str], log_dir: Path)
     log_dir.mkdir(parents=True, exist_ok=True)
     peak_file = log_dir / f"{step}.peak"
     peak_file.unlink(missing_ok=True)
-    cmd = [sys.executable, "-m", "graphcost.bench.replica", str(peak_file), *args]
     t = time.perf_counter()
     with open(log_dir / f"{step}.log", "w") as log:
         log.write("$ graphcost " + " ".join(args) + "\n")
         log.flush()
-        rc = subprocess.run(cmd, env=env, stdout=log, stderr=subprocess.STDOUT).returncode
+        rc = children.run("graphcost.bench.replica", [str(peak_file), *args], env=env,
+                          stdout=log, stderr=subprocess.STDOUT).returncode
     seconds = time.perf_counter() - t
     peak = int(peak_file.read_text()) / 2**20 if peak_file.exists() else float("nan")
     return StepResult(step, seconds, peak, rc)
@@ -329,14 +337,15 @@ def bench_replica(names: Sequence[str], out: str | Path, per_split: int = 2, epo
     names = names or tuple(PUBLISHED)
     for name in names:
         published(name)  # refuse an unknown name before any work
+    shapes = {name: collection_shapes(name, seed) for name in names}
+    subsets = {name: chosen(shapes[name], per_split, seed) for name in names}
+    check_disk(out, subsets, keep)  # every collection, before the first is written
     log(f"{'collection':<20} {HEADER}")
     report = out / "replica.json"  # rows of collections run before stay, others are added
     rows = json.loads(report.read_text()) if report.exists() else {}
     for name in names:
-        shapes = collection_shapes(name, seed)
-        subset = chosen(shapes, per_split, seed)
+        subset = subsets[name]
         root, work = out / "data", out / "work" / name.replace(":", "_")
-        check_disk(out, name, subset)
         t = time.perf_counter()
         write_replica(root, name, subset, seed, progress=True)
         written = time.perf_counter() - t
@@ -344,7 +353,7 @@ def bench_replica(names: Sequence[str], out: str | Path, per_split: int = 2, epo
         steps = run_path(root, name, work, epochs, sets,
                          lambda r, n=name: log(f"{n:<20} {format_step(r)}"))
         cache = disk_bytes(work / "cache")
-        rows[name] = summarise(name, shapes, subset, steps, cache,
+        rows[name] = summarise(name, shapes[name], subset, steps, cache,
                                disk_bytes(collection_dir(root, name)), written)
         write_json(rows, report)
         if not keep:  # both can be made again; the next collection needs the disk
@@ -353,18 +362,40 @@ def bench_replica(names: Sequence[str], out: str | Path, per_split: int = 2, epo
     return ReplicaResult(rows)
 
 
-def check_disk(out: Path, name: str, subset: Sequence[Shape]) -> None:
-    """Refuse, before writing anything, a replica whose files and read cache would not
-    fit the free disk at `out`: the cache holds every layout file's configs
-    uncompressed, the files about a tenth of that (deflate packs random configs ~27×)."""
-    need = sum(s.config_bytes for s in subset) * 1.1 if name.startswith("layout") else 0
-    out.mkdir(parents=True, exist_ok=True)
-    free = shutil.disk_usage(out).free
-    if need > free:
-        raise UserError(f"the {name} replica ({len(subset)} graphs) needs about "
-                        f"{need / 2**30:,.0f} GB at {out} for its files and read cache; "
-                        f"{free / 2**30:,.0f} GB are free there. Write fewer graphs per split "
-                        f"(--graphs) or choose another --out.")
+def replica_bytes(name: str, subset: Sequence[Shape]) -> int:
+    """About the disk a replica's files and read cache take. The cache holds every layout
+    file's configs uncompressed, the files about a tenth of that (deflate packs random
+    configs ~27×). Tile files are read whole, never cached; deflate packs their arrays
+    12–16× (measured), so an eighth of them is counted, with a 4 KiB block per file."""
+    if name.startswith("layout"):
+        return round(sum(s.config_bytes for s in subset) * 1.1)
+    return sum(s.tile_bytes // 8 + 4096 for s in subset)
+
+
+def check_disk(out: Path, subsets: dict[str, Sequence[Shape]], keep: bool = False) -> None:
+    """Refuse, before writing anything, replicas that would not fit the free disk at
+    `out`: each collection's files and cache are removed before the next is written, so
+    the largest must fit, or with `keep` all of them together."""
+    need = {name: replica_bytes(name, subset) for name, subset in subsets.items()}
+    total = sum(need.values()) if keep else max(need.values())
+    where = out
+    while not where.exists():  # the folder may not exist yet: nothing is made to ask
+        where = where.parent
+    free = shutil.disk_usage(where).free
+    if total > free:
+        largest = max(need, key=need.__getitem__)
+        what = (f"the {len(need)} replicas kept (--keep) need" if keep and len(need) > 1
+                else f"the {largest} replica ({len(subsets[largest])} graphs) needs")
+        raise UserError(f"{what} about {_size(total)} at {out} for files and read cache; "
+                        f"{_size(free)} are free there. Write fewer graphs per split "
+                        "(--graphs) or choose another --out.")
+
+
+def _size(n: float) -> str:
+    for unit, scale in (("GB", 2**30), ("MB", 2**20), ("KB", 2**10)):
+        if n >= scale:
+            return f"{n / scale:,.0f} {unit}"
+    return f"{n:,.0f} bytes"
 
 
 def summarise(name: str, shapes: Sequence[Shape], subset: Sequence[Shape],

@@ -18,18 +18,17 @@ is summarised by the exponent k of a least-squares fit  metric ∝ nodesᵏ.
 
 from __future__ import annotations
 
-import multiprocessing as mp
 import shutil
 import tempfile
 import time
 from collections.abc import Callable, Sequence
-from concurrent.futures import ProcessPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 
+from graphcost import children
 from graphcost.bench import BenchResult
 from graphcost.errors import UserError
 
@@ -123,16 +122,15 @@ def bench_scale(sizes: Sequence[int] = (1000, 10000, 50000, 200000),
     bad = sorted(set(modes) - set(MODES))
     if bad:
         raise UserError(f"unknown mode(s) {bad}; known: {', '.join(MODES)}")
-    ctx = mp.get_context("spawn")
     tmp = Path(tempfile.mkdtemp(prefix="scale-")) if data_dir is None else Path(data_dir)
     tmp.mkdir(parents=True, exist_ok=True)
     rows = []
     try:
         for n in sizes:
-            with ProcessPoolExecutor(max_workers=1, mp_context=ctx) as pool:
+            with children.pool() as pool:
                 path = pool.submit(make_graph_file, tmp, n, num_configs).result()
             for mode in modes:
-                with ProcessPoolExecutor(max_workers=1, mp_context=ctx) as pool:
+                with children.pool() as pool:
                     rows.append(pool.submit(measure, path, mode, configs, steps, segment_size,
                                             memory_budget, threads).result())
                 if on_row is not None:

@@ -21,15 +21,14 @@ a (8192, 64) × (64, 64) product) by it.
 
 from __future__ import annotations
 
-import multiprocessing as mp
 import time
 from collections.abc import Callable, Sequence
-from concurrent.futures import ProcessPoolExecutor
 
 import numpy as np
 import torch
 from torch_geometric.nn import Linear as PygLinear
 
+from graphcost import children
 from graphcost.bench import RowsResult
 
 MODELS = {"layout": ("ranker", "resgcn"), "tile": ("ranker", "sage-early", "sage-late")}
@@ -175,13 +174,12 @@ def bench_score(kinds: Sequence[str] = ("layout", "tile"), models: Sequence[str]
                 configs: int = 0, on_row: Callable[[dict], None] | None = None) -> ScoreResult:
     """One row per (kind, model, size), each measured in a fresh spawned process."""
     rows = []
-    ctx = mp.get_context("spawn")
     for kind in kinds:
         for name in MODELS[kind]:
             if models and name not in models:
                 continue
             for n in sizes:
-                with ProcessPoolExecutor(max_workers=1, mp_context=ctx) as pool:
+                with children.pool() as pool:
                     row = pool.submit(measure_cell, kind, name, n, configs or configs_for(n),
                                       repeats).result()
                 rows.append(row)

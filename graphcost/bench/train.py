@@ -5,14 +5,13 @@ Every model runs in its own spawned process so that its peak RSS is its own.
 
 from __future__ import annotations
 
-import multiprocessing as mp
 import resource
 import time
-from concurrent.futures import ProcessPoolExecutor
 
 import numpy as np
 import torch
 
+from graphcost import children
 from graphcost.bench import RowsResult
 from graphcost.data.synthetic import make_layout_graph, make_tile_graph
 from graphcost.models.model import Model
@@ -65,12 +64,11 @@ def bench_train(models: list[str] | None = None, kinds: tuple[str, ...] = ("layo
                 inference_configs: int = 128, threads: int = 0) -> TrainResult:
     """One row per (model, kind): the default ranker and every baseline of each kind."""
     rows = []
-    ctx = mp.get_context("spawn")
     for kind in kinds:
         for name in models or model_names(kind, learned=True):
             if name not in model_names(kind, learned=True):  # heuristics do not train
                 continue
-            with ProcessPoolExecutor(max_workers=1, mp_context=ctx) as pool:
+            with children.pool() as pool:
                 rows.append(pool.submit(bench_one, name, kind, steps, seed, sizes,
                                         inference_configs, threads).result())
     return TrainResult(rows)

@@ -29,8 +29,6 @@ from __future__ import annotations
 import functools
 import inspect
 import os
-import subprocess
-import sys
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any, TypeVar
@@ -39,6 +37,7 @@ import torch
 import torch.distributed as dist
 from torch import Tensor, nn
 
+from graphcost import children
 from graphcost.errors import SettingsError
 from graphcost.models.losses import RankingLoss
 
@@ -221,9 +220,11 @@ def launch(nproc: int, args: Sequence[str]) -> int:
     """
     if env_world() > 1:
         raise RuntimeError("already running under torchrun: drop --nproc")
-    cmd = [sys.executable, "-m", "torch.distributed.run", "--standalone",
-           "--nproc_per_node", str(nproc), "-m", "graphcost", *args]
-    return subprocess.run(cmd, check=False).returncode
+    # torchrun dies with this process, and each rank with torchrun (a kill -9 of either
+    # would leave the ranks training on)
+    return children.run("torch.distributed.run", [
+        "--standalone", "--nproc_per_node", str(nproc),
+        "-m", children.__name__, "graphcost", *args]).returncode
 
 
 def in_process_group(fn: Callable[..., T]) -> Callable[..., T]:

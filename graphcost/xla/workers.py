@@ -19,13 +19,11 @@ without waiting for the tasks in progress, which a resumed run does again.
 
 from __future__ import annotations
 
-import ctypes
 import multiprocessing as mp
 import os
 import queue
 import shutil
 import signal
-import sys
 import threading
 from collections import deque
 from collections.abc import Callable, Iterator, Sequence
@@ -33,12 +31,12 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
+from graphcost.children import die_with_parent
 from graphcost.xla.timing import pin_to_core
 
 Summary = dict[str, Any]
 WorkerFn = Callable[[Any, Any], "bytes | Summary"]  # (task, context) -> bytes or summary
 TimerFn = Callable[[Any, Any, bytes], Summary]  # (task, context, compiled) -> summary
-PR_SET_PDEATHSIG = 1  # linux/prctl.h
 
 
 def _die_with_parent() -> None:
@@ -47,11 +45,7 @@ def _die_with_parent() -> None:
     the parent's to handle (it ends its workers), so a Ctrl-C reaching the whole process
     group does not print a traceback per worker."""
     signal.signal(signal.SIGINT, signal.SIG_IGN)
-    if sys.platform.startswith("linux"):
-        ctypes.CDLL(None, use_errno=True).prctl(PR_SET_PDEATHSIG, signal.SIGKILL)
-    parent = mp.parent_process()
-    if parent is not None and os.getppid() != parent.pid:  # it died before the prctl
-        os._exit(1)
+    die_with_parent()
 
 
 @contextmanager
