@@ -89,9 +89,11 @@ def test_a_replica_step_dies_with_a_killed_bench(collection, tmp_path):
 @pytest.mark.parametrize("sig", [signal.SIGKILL, signal.SIGTERM])
 def test_a_pools_worker_dies_with_its_parent(sig, tmp_path):
     marker = tmp_path / "working"
+    log = tmp_path / "parent.log"
     parent = started("import time; from pathlib import Path; from graphcost import children\n"
                      "with children.pool() as pool:\n"
                      f"    pool.submit(Path({str(marker)!r}).touch).result()\n"
-                     "    pool.submit(time.sleep, 600).result()", tmp_path / "parent.log")
-    kids = children_at_work(parent, tmp_path / "parent.log", 2, marker.exists)  # the worker and the resource tracker
+                     "    pool.submit(time.sleep, 600).result()", log)
+    # the worker, at work once the marker is there, and multiprocessing's resource tracker
+    kids = children_at_work(parent, log, 2, marker.exists)
     assert_all_die_with(parent, kids, sig)
