@@ -23,7 +23,7 @@ from graphcost.atomic import write_json
 from graphcost.data.collection import Collection, find_collections, open_collection
 from graphcost.data.inspect import sample_root
 from graphcost.data.noise import noise_ceiling as split_noise_ceiling
-from graphcost.errors import UserError
+from graphcost.errors import CollectionError, UserError
 from graphcost.eval.evaluate import evaluate_model
 from graphcost.eval.report import (
     RunResult,
@@ -117,11 +117,18 @@ def fit_heuristics(coll: Collection, folder: Path, s: DemoSettings,
 
 
 def demo_collections(root: Path, quick: bool) -> list[Collection]:
+    """The collections below `root` the demo can train and test on (train/ and test/
+    splits), the bundled ones first; refuses a folder with none, saying what it found."""
     found = find_collections(root)
     names = [n for n in PREFERRED if n in found] + sorted(set(found) - set(PREFERRED))
     usable = [found[n] for n in names if {"train", "test"} <= set(found[n].splits)]
     if not usable:
-        raise ValueError(f"{root}: no collection with train and test splits")
+        seen = "; ".join(f"{n} with only {', '.join(f'{s}/' for s in sorted(found[n].splits))}"
+                         for n in names) or "no .npz files at all"
+        raise CollectionError(
+            f"{root}: no collection to demo: expected one or more collection folders "
+            "(such as the bundled layout:cpu:random, layout:cpu:default, options:cpu) "
+            f"with train/ and test/ subfolders of .npz files; found {seen}")
     return usable[:1] if quick else usable
 
 

@@ -1,0 +1,79 @@
+"""Issue 42, item 10: `demo` on a folder with no collection to demo, `report` on a damaged
+run, means that leave graphs out (τ undefined) say how many and why, and `bench replica`
+refusing up front a replica of any collection that the disk cannot hold."""
+
+from collections import namedtuple
+from pathlib import Path
+
+import numpy as np
+import pytest
+from click.testing import CliRunner
+
+from graphcost.cli import main
+from graphcost.data.synthetic import write_collection
+from graphcost.demo import demo_collections
+from graphcost.formats import read_graph, write_graph
+
+Usage = namedtuple("Usage", "total used free")
+
+
+def run(*args) -> object:
+    return CliRunner().invoke(main, [str(a) for a in args])
+
+
+def refused(result, *needles: str) -> None:
+    """Exit 2 by click's own exit, one `Error:` message naming every needle."""
+    assert result.exit_code == 2, result.output
+    assert isinstance(result.exception, SystemExit), result.exception
+    assert "Error:" in result.output and "Traceback" not in result.output
+    for needle in needles:
+        assert needle in result.output, (needle, result.output)
+
+
+@pytest.fixture
+def trained(tmp_path) -> tuple[Path, Path, str]:
+    """A small layout collection whose first test graph has all its runtimes equal, a
+    training-free heuristic fitted on it, and that graph's name."""
+    coll = write_collection(tmp_path / "data", "layout", source="mini",
+                            splits={"train": 3, "valid": 2, "test": 3}, num_nodes=30,
+                            num_configs=10)
+    flat = sorted((coll / "test").glob("*.npz"))[0]
+    graph = read_graph(flat, lazy=False)
+    graph.config_runtime = np.full_like(graph.config_runtime, 5000.0)
+    write_graph(flat, graph)
+    out = tmp_path / "run"
+    fitted = run("train", coll, "--model", "fewest-changes", "--out", out)
+    assert fitted.exit_code == 0, fitted.output
+    return coll, out, flat.stem
+
+
+# ------------------------------------------------------------ j: demo --data
+
+
+def test_demo_on_an_empty_folder_says_what_it_looks_for(tmp_path):
+    (tmp_path / "empty").mkdir()
+    result = run("demo", "--quick", "--data", tmp_path / "empty", "--out", tmp_path / "out")
+    refused(result, str(tmp_path / "empty"), "train/ and test/", "layout:cpu:default",
+            "found no .npz files")
+    assert not (tmp_path / "out").exists()
+
+
+def test_demo_on_a_collection_without_a_test_split_names_it_and_its_splits(tmp_path):
+    write_collection(tmp_path / "data", "layout", source="mini",
+                     splits={"train": 2, "valid": 1}, num_nodes=20, num_configs=6)
+    result = run("demo", "--quick", "--data", tmp_path / "data", "--out", tmp_path / "out")
+    refused(result, "train/ and test/", "found layout:mini:random with only train/, valid/")
+
+
+def test_demo_data_that_is_a_file_or_missing_is_refused(tmp_path):
+    (tmp_path / "file").write_text("x")
+    refused(run("demo", "--data", tmp_path / "file", "--out", tmp_path / "out"),
+            str(tmp_path / "file"), "not a directory")
+    refused(run("demo", "--data", tmp_path / "missing", "--out", tmp_path / "out"),
+            "does not exist")
+
+
+def test_demo_takes_the_one_collection_of_a_folder(tmp_path):
+    write_collection(tmp_path / "data", "tile", source="mini",
+                     splits={"train": 2, "test": 1}, num_nodes=15, num_configs=6)
+    assert [c.name for c in demo_collections(tmp_path / "data", quick=False)] == ["tile:mini"]
