@@ -29,6 +29,7 @@ from graphcost.eval.report import (
     RunResult,
     format_table,
     read_history,
+    read_run_data,
     summary_rows,
     write_report,
 )
@@ -145,6 +146,7 @@ def scatter_samples(model: Model, coll: Collection, split: str, count: int) -> d
 
 def evaluate_run(run_dir: Path, data: Path, split: str, scatter_graphs: int = 3) -> RunResult:
     """Evaluate a run's saved model; writes `evaluation_<split>.json` into the run."""
+    history = read_history(run_dir)  # a damaged one is refused before the evaluation
     model_path = run_dir / "model.pt" if (run_dir / "model.pt").exists() else run_dir / "best.pt"
     model = Model.load(model_path)
     coll = open_collection(data)
@@ -152,7 +154,7 @@ def evaluate_run(run_dir: Path, data: Path, split: str, scatter_graphs: int = 3)
     samples = scatter_samples(model, coll, split, scatter_graphs)
     write_json(dict(evaluation, samples=samples), run_dir / f"evaluation_{split}.json")
     return RunResult(collection=coll.name, model=model.name, run_dir=run_dir,
-                     evaluation=evaluation, history=read_history(run_dir), samples=samples)
+                     evaluation=evaluation, history=history, samples=samples)
 
 
 def run_demo(out_dir: str | Path = "runs/demo", data: str | Path | None = None,
@@ -248,11 +250,7 @@ def report_run(run_dir: str | Path, out_dir: str | Path | None = None,
     """Evaluate one training run and write its report (default: RUN_DIR/report)."""
     run = Path(run_dir)
     if data is None:
-        info = run / "run.json"
-        if not info.exists():
-            raise UserError(f"{info} not found: is {run} a training run? Pass the data it was "
-                            "trained on with --data")
-        data = json.loads(info.read_text())["data"]
+        data = read_run_data(run)
     coll = open_collection(data)
     if split not in coll.splits:
         split = "valid" if "valid" in coll.splits else next(iter(coll.splits))

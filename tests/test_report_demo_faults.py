@@ -77,3 +77,41 @@ def test_demo_takes_the_one_collection_of_a_folder(tmp_path):
     write_collection(tmp_path / "data", "tile", source="mini",
                      splits={"train": 2, "test": 1}, num_nodes=15, num_configs=6)
     assert [c.name for c in demo_collections(tmp_path / "data", quick=False)] == ["tile:mini"]
+
+
+# ------------------------------------------------------------ k: report on a damaged run
+
+
+@pytest.mark.parametrize("lines, needles", [
+    (["[1, 2]"], ["line 1", "found list [1, 2]"]),
+    (["GOOD", '{"phase": "full", "train_loss": 0.5}'], ["line 2", "found no 'epoch'"]),
+    (["GOOD", '{"epoch": "1"}'], ["line 2", "found 'epoch' '1'"]),
+    (["GOOD", '{"epoch": 1, "valid_score": "high"}'], ["line 2", "'valid_score' 'high'"]),
+    (["GOOD", '{"epoch": 1, "train_lo'], ["line 2", "not JSON"]),  # cut off by a hand edit
+])
+def test_report_refuses_a_damaged_metrics_line_naming_file_and_line(trained, lines, needles):
+    _, out, _ = trained
+    metrics = out / "metrics.jsonl"
+    good = metrics.read_text().splitlines()[0]
+    metrics.write_text("\n".join(good if line == "GOOD" else line for line in lines))
+    refused(run("report", out), str(metrics), "expected one JSON object per epoch", *needles)
+    assert not (out / "report" / "index.html").exists()
+
+
+@pytest.mark.parametrize("text, needle", [
+    ('{"data": "/somewhere", "mod', "not JSON"),
+    ("[1, 2]", "found list"),
+    ('{"model": "fewest-changes"}', "found no 'data'"),
+    ('{"data": 5}', "found 'data' 5"),
+    ('{"data": "/no/such/collection"}', "no folder here"),
+])
+def test_report_refuses_a_damaged_run_json_naming_it(trained, text, needle):
+    _, out, _ = trained
+    (out / "run.json").write_text(text)
+    refused(run("report", out), str(out / "run.json"), needle, "--data")
+
+
+def test_report_of_an_intact_run_draws_its_history(trained):
+    _, out, _ = trained
+    assert run("report", out).exit_code == 0
+    assert (out / "report" / "index.html").exists()

@@ -19,6 +19,8 @@ import matplotlib.pyplot as plt  # noqa: E402
 import numpy as np  # noqa: E402
 from scipy import stats  # noqa: E402
 
+from graphcost.errors import UserError  # noqa: E402
+
 SUMMARY_METRICS = ("kendall_tau", "opa", "slowdown@1", "slowdown@5", "score")
 
 
@@ -35,30 +37,72 @@ class RunResult:
 
 
 def read_history(run_dir: str | Path) -> list[dict]:
-    """The per-epoch rows of a run's `metrics.jsonl` (a cut-off last line is ignored)."""
+    """The per-epoch rows of a run's `metrics.jsonl` (none when it has no such file).
+    Training rewrites the file whole, so a line that is not an epoch's row is damage (a
+    hand edit), not a killed run: refused with the file and line named, never skipped."""
     path = Path(run_dir) / "metrics.jsonl"
+    if not path.exists():
+        return []
     rows = []
-    if path.exists():
-        for line in path.read_text().splitlines():
-            try:
-                rows.append(json.loads(line))
-            except json.JSONDecodeError:
-                continue
+    for number, line in enumerate(path.read_text(errors="replace").splitlines(), 1):
+        if line.strip():
+            rows.append(_history_row(path, number, line))
     return rows
+
+
+def _history_row(path: Path, number: int, line: str) -> dict:
+    """One line of `metrics.jsonl` as a row: a JSON object with an integer `epoch` and
+    numbers (or null) as its `train_loss` and `valid_score`, what the report draws."""
+    expected = ("expected one JSON object per epoch with an integer 'epoch' and numbers as "
+                "'train_loss' and 'valid_score'")
+    try:
+        row = json.loads(line)
+    except json.JSONDecodeError as e:
+        raise UserError(f"{path}, line {number}: not JSON ({e.msg}); {expected}") from None
+    if not isinstance(row, dict):
+        raise UserError(f"{path}, line {number}: {expected}, found {type(row).__name__} "
+                        f"{line[:60]}")
+    if type(row.get("epoch")) is not int:
+        found = f"'epoch' {row['epoch']!r}" if "epoch" in row else "no 'epoch'"
+        raise UserError(f"{path}, line {number}: {expected}, found {found}")
+    for key in ("train_loss", "valid_score"):
+        value = row.get(key)
+        if value is not None and (isinstance(value, bool) or
+                                  not isinstance(value, (int, float))):
+            raise UserError(f"{path}, line {number}: {expected}, found {key!r} {value!r}")
+    return row
+
+
+def read_run_data(run_dir: str | Path) -> str:
+    """The collection a training run was trained on: `data` of its `run.json`. A
+    missing or damaged file is refused with the file named, since the report needs it."""
+    path = Path(run_dir) / "run.json"
+    if not path.exists():
+        raise UserError(f"{path} not found: is {run_dir} a training run? Pass the data it "
+                        "was trained on with --data")
+    expected = "expected a JSON object whose 'data' is the collection's folder"
+    try:
+        record = json.loads(path.read_text(errors="replace"))
+    except json.JSONDecodeError as e:
+        raise UserError(f"{path}: not JSON ({e}); {expected}, or pass --data") from None
+    if not isinstance(record, dict) or not isinstance(record.get("data"), str):
+        found = (type(record).__name__ if not isinstance(record, dict)
+                 else f"'data' {record['data']!r}" if "data" in record else "no 'data'")
+        raise UserError(f"{path}: {expected}, found {found}; or pass --data")
+    if not Path(record["data"]).is_dir():
+        raise UserError(f"{path}: 'data' is {record['data']}, which is no folder here (moved "
+                        "or deleted?); pass --data")
+    return record["data"]
 
 
 def plot_learning_curves(runs: list[RunResult], path: Path, title: str) -> Path:
     """Train loss and validation score per epoch, one line per model."""
     fig, (ax_loss, ax_val) = plt.subplots(1, 2, figsize=(10, 3.6))
     for r in runs:
-        if not r.history:
-            continue
-        epochs = [h["epoch"] for h in r.history]
-        if "train_loss" in r.history[0]:  # a heuristic baseline has no loss
-            ax_loss.plot(epochs, [h["train_loss"] for h in r.history], marker=".",
-                         label=r.model)
-        if "valid_score" in r.history[0]:
-            ax_val.plot(epochs, [h["valid_score"] for h in r.history], marker=".", label=r.model)
+        for ax, key in ((ax_loss, "train_loss"), (ax_val, "valid_score")):
+            points = [(h["epoch"], h[key]) for h in r.history if h.get(key) is not None]
+            if points:  # a heuristic baseline has no loss, a run without validation no score
+                ax.plot(*zip(*points, strict=True), marker=".", label=r.model)
     ax_loss.set(xlabel="epoch", ylabel="train loss", title="training loss")
     ax_val.set(xlabel="epoch", ylabel="validation score",
                title="validation score (τ; tile: 2 − top-5 ratio)")
