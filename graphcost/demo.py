@@ -201,7 +201,8 @@ def paired_lines(results: list[RunResult]) -> str:
     """Per collection, the ranker's score minus each other model's, paired over the test
     graphs both scored (bootstrap 95% interval): the ranker against the official
     baseline and against the best heuristic, on the same graphs."""
-    from graphcost.stats import MeanCI, bootstrap_ci
+    from graphcost.eval.metrics import why_undefined
+    from graphcost.stats import mean_over
 
     lines = ["Paired over the test graphs (score of the ranker − score of the other model, "
              "mean [95% interval]):"]
@@ -211,11 +212,12 @@ def paired_lines(results: list[RunResult]) -> str:
         if ranker is None:
             continue
         for other in (r for r in runs if r is not ranker):
-            names = sorted(set(ranker.evaluation["graphs"]) & set(other.evaluation["graphs"]))
-            diff = np.array([ranker.evaluation["graphs"][n]["score"]
-                             - other.evaluation["graphs"][n]["score"] for n in names])
-            lines.append(f"  {coll:22} ranker − {other.model:14} "
-                         f"{MeanCI(*bootstrap_ci(diff), n=len(names))}")
+            mine, theirs = ranker.evaluation["graphs"], other.evaluation["graphs"]
+            diff = mean_over({n: mine[n]["score"] - theirs[n]["score"]
+                              for n in sorted(set(mine) & set(theirs))},
+                             lambda n, rows=mine: why_undefined(rows[n], "score"))
+            lines.append(f"  {coll:22} ranker − {other.model:14} {diff}"
+                         + (f"  ({diff.over()})" if diff.left_out else ""))
     return "\n".join(lines)
 
 
@@ -242,7 +244,7 @@ def _comparison_line(c: dict) -> str:
     d = MeanCI(**c["difference"])
     return (f"  {c['collection']:<20} {c['runs']['model']} {c['runs']['mean']['mean']:.3f} vs "
             f"{c['against']['model']} {c['against']['mean']['mean']:.3f}: difference "
-            f"{d.mean:+.3f} [{d.lo:+.3f}, {d.hi:+.3f}] over {c['graphs']} graphs")
+            f"{d.mean:+.3f} [{d.lo:+.3f}, {d.hi:+.3f}] {d.over()}")
 
 
 def report_run(run_dir: str | Path, out_dir: str | Path | None = None,

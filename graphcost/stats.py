@@ -18,8 +18,9 @@ Metric conventions, decided once here: a prediction is a score where LOWER means
 from __future__ import annotations
 
 import math
-from collections.abc import Sequence
-from dataclasses import dataclass
+from collections import Counter
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field
 
 import numpy as np
 import scipy.stats
@@ -139,9 +140,32 @@ class MeanCI:
     lo: float
     hi: float
     n: int  # graphs that had a defined value
+    left_out: dict[str, str] = field(default_factory=dict)  # graph -> why it had none
 
     def __str__(self) -> str:
         return f"{self.mean:.4f} [{self.lo:.4f}, {self.hi:.4f}]"
+
+    def over(self) -> str:
+        """The graphs the mean is over and, when some had no value, how many were left out
+        and why: the count printed beside a mean is the count averaged."""
+        text = f"over {self.n} graph{'' if self.n == 1 else 's'}"
+        if not self.left_out:
+            return text
+        names = sorted(self.left_out)
+        which = ", ".join(names[:3]) + (", ..." if len(names) > 3 else "")
+        reasons = Counter(self.left_out.values())
+        why = "; ".join(r if len(reasons) == 1 else f"{k} {r}" for r, k in reasons.items())
+        return f"{text}; {len(names)} left out ({which}): {why}"
+
+
+def mean_over(values: Mapping[str, float], why: Callable[[str], str], n_boot: int = 1000,
+              seed: int = 0) -> MeanCI:
+    """The mean of the graphs' values with its bootstrap 95% interval (`bootstrap_ci`);
+    a graph whose value is NaN is left out and kept in `left_out` with `why(graph)`."""
+    v = np.array(list(values.values()), dtype=np.float64)
+    left_out = {name: why(name) for name, x in values.items() if math.isnan(x)}
+    return MeanCI(*bootstrap_ci(v, n_boot=n_boot, seed=seed), n=len(values) - len(left_out),
+                  left_out=left_out)
 
 
 def ratio_interval(slow: Sequence[float], fast: Sequence[float],

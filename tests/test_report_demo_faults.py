@@ -2,6 +2,8 @@
 run, means that leave graphs out (τ undefined) say how many and why, and `bench replica`
 refusing up front a replica of any collection that the disk cannot hold."""
 
+import json
+import math
 from collections import namedtuple
 from pathlib import Path
 
@@ -12,6 +14,7 @@ from click.testing import CliRunner
 from graphcost.cli import main
 from graphcost.data.synthetic import write_collection
 from graphcost.demo import demo_collections
+from graphcost.eval.crossval import compare_crossval, format_comparison
 from graphcost.formats import read_graph, write_graph
 
 Usage = namedtuple("Usage", "total used free")
@@ -115,3 +118,45 @@ def test_report_of_an_intact_run_draws_its_history(trained):
     _, out, _ = trained
     assert run("report", out).exit_code == 0
     assert (out / "report" / "index.html").exists()
+
+
+# ------------------------------------------------------------ l: graphs left out of a mean
+
+
+def test_evaluate_says_how_many_graphs_a_mean_is_over_and_which_it_left_out(trained,
+                                                                            tmp_path):
+    coll, out, flat = trained
+    result = run("evaluate", out / "best.pt", coll, "--json", tmp_path / "ev.json")
+    assert result.exit_code == 0, result.output
+    assert "(3 graphs)" not in result.output and "3 graphs scored" in result.output
+    assert (f"over 2 graphs; 1 left out ({flat}): all runtimes equal, τ undefined"
+            in result.output)
+    assert "slowdown@1" in result.output and "over 3 graphs" in result.output
+    summary = json.loads((tmp_path / "ev.json").read_text())["summary"]
+    assert summary["kendall_tau"]["n"] == 2
+    assert summary["kendall_tau"]["left_out"] == {flat: "all runtimes equal, τ undefined"}
+    assert summary["score"]["left_out"] == {flat: "all runtimes equal, score undefined"}
+    assert summary["slowdown@1"]["n"] == 3 and summary["slowdown@1"]["left_out"] == {}
+
+
+def test_the_report_page_says_which_graphs_its_means_left_out(trained):
+    _, out, flat = trained
+    assert run("report", out).exit_code == 0
+    page = (out / "report" / "index.html").read_text()
+    assert f"kendall_tau mean over 2 graphs; 1 left out ({flat})" in page
+
+
+def _crossval(model: str, scores: dict[str, float]) -> dict:
+    return {"collection": "layout:mini:random", "kind": "layout", "folds": 2,
+            "group": "family", "trained_on": "layout:mini:random", "model": model,
+            "model_settings": {}, "settings": {}, "seed": 0,
+            "graphs": {name: {"score": s, "configs": 10} for name, s in scores.items()}}
+
+
+def test_compare_counts_the_graphs_its_difference_is_over():
+    nan = math.nan
+    c = compare_crossval([_crossval("ranker", {"a.1": 0.5, "b.1": 0.4, "c.1": nan})],
+                         [_crossval("resgcn", {"a.1": 0.3, "b.1": 0.1, "c.1": nan})])
+    assert c["graphs"] == 3 and c["difference"]["n"] == 2
+    assert c["difference"]["left_out"] == {"c.1": "all runtimes equal, score undefined"}
+    assert "over 2 graphs; 1 left out (c.1): all runtimes equal" in format_comparison(c)

@@ -47,4 +47,4 @@ def noise_ceiling(files: Iterable[str | Path]) -> tuple[float, float, float, int
     if not taus:
         return None
     mean, low, high = bootstrap_ci(np.array(taus))
-    return mean, low, high, len(taus)
+    return mean, low, high, int(np.sum(~np.isnan(taus)))  # the graphs averaged

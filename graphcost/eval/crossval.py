@@ -34,9 +34,9 @@ from graphcost.data.collection import Collection, open_collection
 from graphcost.data.families import carve_families, family_folds, family_of, family_sizes
 from graphcost.errors import UserError
 from graphcost.eval.evaluate import evaluate_model
-from graphcost.eval.metrics import summarize
+from graphcost.eval.metrics import summarize, why_undefined
 from graphcost.models.model import Model
-from graphcost.stats import MeanCI, bootstrap_ci
+from graphcost.stats import MeanCI, mean_over
 from graphcost.train.run import train_model
 from graphcost.train.settings import TrainSettings
 
@@ -188,10 +188,17 @@ def crossvalidate(data: str | Path, model: str = "ranker", folds: int = 5,
 
 def _figures(summary: dict, kind: str) -> str:
     """The collection's score as `graphcost evaluate` reports it: layout τ, tile score."""
-    score = MeanCI(**summary["score"])
+    score = _mean(summary["score"])
     if kind == "tile":
-        return f"tile score {score}  τ {MeanCI(**summary['kendall_tau'])}"
+        return f"tile score {score}  τ {_mean(summary['kendall_tau'])}"
     return f"τ {score}"
+
+
+def _mean(ci: dict) -> str:
+    """A mean with its interval and, when graphs were left out of it, over how many graphs
+    it is and which were left out and why."""
+    mean = MeanCI(**ci)
+    return f"{mean} ({mean.over()})" if mean.left_out else str(mean)
 
 
 def format_fold_start(fold: Fold, folds: int, model: str) -> str:
@@ -221,7 +228,7 @@ def format_overall(result: dict) -> str:
              f"{len(result['graphs'])} graphs, each scored once by the model that "
              f"{how[1]}; mean [95% interval]:",
              f"  {_figures(result['overall'], kind)}",
-             f"  OPA {MeanCI(**result['overall']['opa'])}"]
+             f"  OPA {_mean(result['overall']['opa'])}"]
     if result["skipped"]:
         lines.append(f"  {len(result['skipped'])} unreadable files skipped")
     return "\n".join(lines)
@@ -350,17 +357,21 @@ def compare_crossval(runs: list[dict], against: list[dict], metric: str = "score
     common = sorted(set(a) & set(b))
     if not common:
         raise UserError("the two sides scored no graph in common")
-    va, vb = np.array([a[n] for n in common]), np.array([b[n] for n in common])
+    rows = {n: r["graphs"][n] for r in runs + against for n in common if n in r["graphs"]}
 
-    def side(results: list[dict], values: np.ndarray) -> dict:
+    def why(name: str) -> str:  # a graph with no value on a side: its metric is undefined
+        return why_undefined(rows[name], metric)
+
+    def side(results: list[dict], values: dict[str, float]) -> dict:
         return {"model": run_label(results[0]), "seeds": [r["seed"] for r in results],
-                "mean": MeanCI(*bootstrap_ci(values), n=values.size).__dict__,
+                "mean": dataclasses.asdict(mean_over({n: values[n] for n in common}, why)),
                 "per_seed": [float(np.nanmean([r["graphs"][n][metric] for n in common
                                                if n in r["graphs"]])) for r in results]}
 
+    difference = mean_over({n: a[n] - b[n] for n in common}, why)
     return {"collection": runs[0]["collection"], "metric": metric, "graphs": len(common),
-            "runs": side(runs, va), "against": side(against, vb),
-            "difference": MeanCI(*bootstrap_ci(va - vb), n=len(common)).__dict__}
+            "runs": side(runs, a), "against": side(against, b),
+            "difference": dataclasses.asdict(difference)}
 
 
 def best_heuristic(runs: list[dict], heuristics: list[dict], metric: str = "score") -> dict:
@@ -377,12 +388,12 @@ def best_heuristic(runs: list[dict], heuristics: list[dict], metric: str = "scor
 
 def _side(s: dict) -> str:
     seeds = ", ".join(f"{v:.3f}" for v in s["per_seed"])
-    return f"{s['model']:<12} {MeanCI(**s['mean'])}  (seeds {s['seeds']}: {seeds})"
+    return f"{s['model']:<12} {_mean(s['mean'])}  (seeds {s['seeds']}: {seeds})"
 
 
 def _difference(c: dict) -> str:
     return (f"paired difference {c['runs']['model']} − {c['against']['model']}: "
-            f"{MeanCI(**c['difference'])}")
+            f"{_mean(c['difference'])}")
 
 
 def format_comparison(c: dict) -> str:

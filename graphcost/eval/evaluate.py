@@ -16,6 +16,7 @@ from graphcost.eval.metrics import evaluate_graphs
 from graphcost.formats import GraphFileError, read_graph
 from graphcost.models.model import Model, as_model
 from graphcost.models.scorer import score_graph
+from graphcost.stats import MeanCI
 
 log = logging.getLogger("graphcost")
 
@@ -137,9 +138,10 @@ def format_report(report: dict) -> str:
             f"{row[c]:>11d}" if c == "configs" else f"{row[c]:>11.4f}" for c in cols))
     lines.append("")
     lines += report.get("notes", [])
-    lines.append(f"{report.get('collection', '')} {report.get('split', '')} "
-                 f"({len(report['graphs'])} graphs), mean [95% interval]:")
+    lines.append(f"{report.get('collection', '')} {report.get('split', '')}: "
+                 f"{len(report['graphs'])} graphs scored, mean [95% interval]:")
     for metric, v in report["summary"].items():
-        lines.append(f"  {metric:<12} {v['mean']:.4f} [{v['lo']:.4f}, {v['hi']:.4f}]")
+        ci = MeanCI(**v)
+        lines.append(f"  {metric:<12} {ci}  {ci.over()}")
     return "\n".join(lines)
 

@@ -8,10 +8,11 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from dataclasses import asdict
+from typing import Any
 
 import numpy as np
 
-from graphcost.stats import MeanCI, bootstrap_ci, kendall_tau, opa, slowdown_at_k, tile_score
+from graphcost.stats import kendall_tau, mean_over, opa, slowdown_at_k, tile_score
 
 
 def graph_metrics(kind: str, pred: np.ndarray, runtime: np.ndarray) -> dict[str, float]:
@@ -47,14 +48,25 @@ def evaluate_graphs(kind: str, preds: Mapping[str, np.ndarray],
 def summarize(rows: Mapping[str, Mapping[str, float]], n_boot: int = 1000,
               seed: int = 0) -> dict[str, dict]:
     """Every metric's mean over per-graph rows with its bootstrap 95% interval (MeanCI as
-    dict); apart from `evaluate_graphs` so that rows pooled from several evaluations
+    dict); a graph whose value is undefined is left out, named with why (`left_out`).
+    Apart from `evaluate_graphs` so that rows pooled from several evaluations
     (cross-validation folds) are summarised the same way."""
     summary = {}
     for metric in ("kendall_tau", "opa", "slowdown@1", "slowdown@5", "slowdown@10", "score"):
-        values = np.array([r[metric] for r in rows.values()], dtype=np.float64)
-        mean, lo, hi = bootstrap_ci(values, n_boot=n_boot, seed=seed)
-        summary[metric] = asdict(MeanCI(mean, lo, hi, int((~np.isnan(values)).sum())))
+        values = {name: float(r[metric]) for name, r in rows.items()}
+        summary[metric] = asdict(mean_over(values, lambda g, m=metric: why_undefined(rows[g], m),
+                                           n_boot, seed))
     return summary
+
+
+def why_undefined(row: Mapping[str, Any], metric: str) -> str:
+    """Why a graph has no value of `metric` (NaN): ranking needs two configs of different
+    runtimes (`read_graph` has checked the runtimes finite; graphcost.stats says the rest)."""
+    label = {"kendall_tau": "τ", "opa": "OPA"}.get(metric, metric)
+    configs = int(row.get("configs", 0))
+    if configs < 2:
+        return f"{configs} config{'' if configs == 1 else 's'}, {label} undefined"
+    return f"all runtimes equal, {label} undefined"
 
 
 def overall_score(collection_scores: Mapping[str, float]) -> float:

@@ -20,6 +20,7 @@ import numpy as np  # noqa: E402
 from scipy import stats  # noqa: E402
 
 from graphcost.errors import UserError  # noqa: E402
+from graphcost.stats import MeanCI  # noqa: E402
 
 SUMMARY_METRICS = ("kendall_tau", "opa", "slowdown@1", "slowdown@5", "score")
 
@@ -191,7 +192,7 @@ def summary_rows(runs: list[RunResult], noise: dict[str, float] | None = None) -
 
 def format_table(rows: list[dict]) -> str:
     """The comparison table printed by the demo."""
-    head = (f"{'collection':22} {'model':14} {'graphs':>6}  {'kendall τ [95% CI]':>26}  "
+    head = (f"{'collection':22} {'model':14} {'scored':>6}  {'kendall τ [95% CI]':>26}  "
             f"{'OPA':>6} {'slowdown@1':>10} {'score':>7} {'noise ceiling τ':>15}")
     lines = [head, "-" * len(head)]
     for r in rows:
@@ -202,7 +203,19 @@ def format_table(rows: list[dict]) -> str:
             f"{t['mean']:8.3f} [{t['lo']:6.3f}, {t['hi']:6.3f}]  "
             f"{r['opa']['mean']:6.3f} {r['slowdown@1']['mean']:10.3f} {r['score']['mean']:7.3f} "
             f"{'n/a' if ceiling is None else f'{ceiling:.3f}':>15}")
-    return "\n".join(lines)
+    return "\n".join(lines + [f"  {note}" for note in left_out_notes(rows)])
+
+
+def left_out_notes(rows: list[dict]) -> list[str]:
+    """A line for each mean of the table that left graphs out (their metric undefined):
+    over how many graphs it is, which were left out and why."""
+    notes = []
+    for r in rows:
+        for metric in ("kendall_tau", "opa", "slowdown@1", "score"):
+            ci = MeanCI(**r[metric])
+            if ci.left_out:
+                notes.append(f"{r['collection']} {r['model']}: {metric} mean {ci.over()}")
+    return notes
 
 
 def write_report(runs: list[RunResult], out_dir: str | Path, title: str = "graphcost report",
@@ -240,7 +253,7 @@ def write_report(runs: list[RunResult], out_dir: str | Path, title: str = "graph
 
 
 def _html_table(rows: list[dict]) -> str:
-    head = ["collection", "model", "split", "graphs", "Kendall τ [95% CI]", "OPA",
+    head = ["collection", "model", "split", "scored", "Kendall τ [95% CI]", "OPA",
             "slowdown@1", "score", "noise ceiling τ"]
     out = ["<table><tr>" + "".join(f"<th>{h}</th>" for h in head) + "</tr>"]
     for r in rows:
@@ -251,4 +264,5 @@ def _html_table(rows: list[dict]) -> str:
                  f"{r['slowdown@1']['mean']:.3f}", f"{r['score']['mean']:.3f}",
                  "n/a" if ceiling is None else f"{ceiling:.3f}"]
         out.append("<tr>" + "".join(f"<td>{html.escape(c)}</td>" for c in cells) + "</tr>")
-    return "\n".join(out + ["</table>"])
+    notes = [f"<p>{html.escape(note)}</p>" for note in left_out_notes(rows)]
+    return "\n".join(out + ["</table>", *notes])
