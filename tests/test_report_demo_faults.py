@@ -4,6 +4,7 @@ refusing up front a replica of any collection that the disk cannot hold."""
 
 import json
 import math
+import shutil
 from collections import namedtuple
 from pathlib import Path
 
@@ -11,6 +12,15 @@ import numpy as np
 import pytest
 from click.testing import CliRunner
 
+from graphcost.bench.replica import (
+    Published,
+    chosen,
+    collection_dir,
+    collection_shapes,
+    disk_bytes,
+    replica_bytes,
+    write_replica,
+)
 from graphcost.cli import main
 from graphcost.data.synthetic import write_collection
 from graphcost.demo import demo_collections
@@ -160,3 +170,44 @@ def test_compare_counts_the_graphs_its_difference_is_over():
     assert c["graphs"] == 3 and c["difference"]["n"] == 2
     assert c["difference"]["left_out"] == {"c.1": "all runtimes equal, score undefined"}
     assert "over 2 graphs; 1 left out (c.1): all runtimes equal" in format_comparison(c)
+
+
+# ------------------------------------------------------------ m: bench replica and the disk
+
+
+def test_a_tile_replica_too_big_for_the_disk_is_refused_before_writing(tmp_path,
+                                                                       monkeypatch):
+    monkeypatch.setattr(shutil, "disk_usage", lambda _: Usage(2**40, 2**40 - 2**20, 2**20))
+    out = tmp_path / "out"
+    result = run("bench", "replica", "tile:xla", "--out", out)
+    need = replica_bytes("tile:xla", chosen(collection_shapes("tile:xla"), 2))
+    refused(result, "the tile:xla replica (848 graphs)", str(out),
+            f"needs about {need / 2**20:,.0f} MB", "1 MB are free")
+    assert not out.exists()
+
+
+def test_every_collection_is_checked_before_the_first_is_written(tmp_path, monkeypatch):
+    monkeypatch.setattr(shutil, "disk_usage", lambda _: Usage(2**40, 2**40 - 2**30, 2**30))
+    out = tmp_path / "out"
+    result = run("bench", "replica", "tile:xla", "layout:xla:random", "--out", out)
+    refused(result, "the layout:xla:random replica", "1 GB are free")  # tile:xla would fit
+    assert not out.exists()
+
+
+def test_replicas_kept_must_fit_the_disk_together(tmp_path, monkeypatch):
+    subsets = {n: chosen(collection_shapes(n), 2) for n in ("tile:xla", "layout:xla:random")}
+    need = {n: replica_bytes(n, s) for n, s in subsets.items()}
+    free = max(need.values()) + min(need.values()) // 2  # the largest fits, not both
+    monkeypatch.setattr(shutil, "disk_usage", lambda _: Usage(2**40, 2**40 - free, free))
+    out = tmp_path / "out"
+    result = run("bench", "replica", *subsets, "--out", out, "--keep")
+    refused(result, "the 2 replicas kept (--keep) need", str(out))
+    assert not out.exists()
+
+
+def test_the_tile_estimate_holds_what_a_tile_replica_writes(tmp_path):
+    shapes = collection_shapes("tile:xla", pub=Published((6, 2, 2), (40, 2, 1_000),
+                                                         (1_842, 2, 10_000)))
+    write_replica(tmp_path, "tile:xla", shapes)
+    written = disk_bytes(collection_dir(tmp_path, "tile:xla"))
+    assert written <= replica_bytes("tile:xla", shapes) <= 4 * written
