@@ -211,3 +211,16 @@ def test_the_tile_estimate_holds_what_a_tile_replica_writes(tmp_path):
     write_replica(tmp_path, "tile:xla", shapes)
     written = disk_bytes(collection_dir(tmp_path, "tile:xla"))
     assert written <= replica_bytes("tile:xla", shapes) <= 4 * written
+
+
+def test_seed_average_leaves_an_undefined_graph_nan_without_a_warning():
+    import warnings
+
+    from graphcost.eval.crossval import seed_average
+
+    runs = [{"graphs": {"flat": {"score": float("nan")}, "ok": {"score": 0.5}}},
+            {"graphs": {"flat": {"score": float("nan")}, "ok": {"score": float("nan")}}}]
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")  # numpy's "Mean of empty slice" reached the user
+        averaged = seed_average(runs)
+    assert np.isnan(averaged["flat"]) and averaged["ok"] == 0.5

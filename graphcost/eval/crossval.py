@@ -235,12 +235,14 @@ def format_overall(result: dict) -> str:
 
 
 def seed_average(runs: list[dict], metric: str = "score") -> dict[str, float]:
-    """Per graph, `metric` averaged over the runs (seeds) that scored it."""
+    """Per graph, `metric` averaged over the runs (seeds) that scored it; NaN where it
+    is undefined in every run (all runtimes equal), left out of means downstream."""
     values: dict[str, list[float]] = {}
     for run in runs:
         for name, row in run["graphs"].items():
             values.setdefault(name, []).append(float(row[metric]))
-    return {name: float(np.nanmean(v)) for name, v in values.items()}
+    return {name: float(np.mean(defined)) if (defined := [x for x in v if not np.isnan(x)])
+            else np.nan for name, v in values.items()}
 
 
 def run_label(run: dict) -> str:
