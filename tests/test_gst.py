@@ -115,6 +115,11 @@ def test_table_tracks_staleness_is_memory_mapped_and_survives_reopening(tmp_path
     again.close()
     fresh = EmbeddingTable(tmp_path, [(5, 3)], dim=6, resume=True)  # other shapes: new table
     assert (fresh.read(0, np.array([4]))[1] == -1).all()
+    fresh.write(0, np.array([4]), 0, np.ones((1, 6)), epoch=1)
+    fresh.close()
+    (tmp_path / "table.json").write_text('{"shapes": [[5, ')  # damaged: made anew, no traceback
+    damaged = EmbeddingTable(tmp_path, [(5, 3)], dim=6, resume=True)
+    assert (damaged.read(0, np.array([4]))[1] == -1).all()
 
 
 def test_stale_dropout_drops_segments_alike_for_all_configs_and_up_weights_the_fresh_one():

@@ -16,6 +16,18 @@ import numpy as np
 import torch
 from torch import Tensor
 
+from graphcost.atomic import write_json
+
+
+def _read_meta(path: Path) -> dict | None:
+    """The shapes a table on disk was made for; None when there is none or it is
+    damaged: the table is then made anew (it holds only a cache of embeddings, which
+    fresh segments rewrite), never a traceback on resume."""
+    try:
+        return json.loads(path.read_text())
+    except (OSError, ValueError):
+        return None
+
 
 class EmbeddingTable:
     """Historical segment embeddings keyed by (graph, config slot, segment), on disk.
@@ -38,19 +50,19 @@ class EmbeddingTable:
         meta = json.loads(json.dumps({"shapes": self.shapes, "dim": self.dim}))
         meta_path = self.root / "table.json"
         files = [self.root / "embeddings.npy", self.root / "written.npy"]
-        same = (resume and meta_path.exists() and json.loads(meta_path.read_text()) == meta
-                and all(f.exists() for f in files))
+        same = (resume and _read_meta(meta_path) == meta and all(f.exists() for f in files))
         self.root.mkdir(parents=True, exist_ok=True)
         if same:
             self.emb = np.load(self.root / "embeddings.npy", mmap_mode="r+")
             self.written = np.load(self.root / "written.npy", mmap_mode="r+")
         else:
+            meta_path.unlink(missing_ok=True)  # a rebuild killed midway is never reused
             fmt = np.lib.format
             self.emb = fmt.open_memmap(self.root / "embeddings.npy", "w+", np.float32,
                                        (rows, self.dim))
             self.written = fmt.open_memmap(self.root / "written.npy", "w+", np.int32, (rows,))
             self.written[:] = -1
-            meta_path.write_text(json.dumps(meta))
+            write_json(meta, meta_path)  # last: a table.json names a whole table
 
     @property
     def nbytes(self) -> int:
