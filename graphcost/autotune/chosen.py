@@ -14,6 +14,7 @@ from typing import Any
 
 import numpy as np
 
+from graphcost.atomic import write_text
 from graphcost.errors import UserError
 from graphcost.xla.configs import (
     CANDIDATE_KNOBS,
@@ -36,11 +37,8 @@ def signature(layout: LayoutSpace) -> list[list[Any]]:
 
 
 def save_config(config: dict[str, Any], path: str | Path) -> Path:
-    """Write a chosen config as JSON (its folder made if needed)."""
-    path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    path.write_text(json.dumps(config, indent=1) + "\n")
-    return path
+    """Write a chosen config as JSON, whole or not at all (its folder made if needed)."""
+    return write_text(json.dumps(config, indent=1) + "\n", path)
 
 
 def load_config(path: str | Path) -> dict[str, Any]:

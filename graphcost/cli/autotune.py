@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import click
 
-from graphcost.atomic import write_json
+from graphcost.atomic import check_writable, write_json
 from graphcost.cli.options import autotune_options, pin
 
 
@@ -27,6 +27,9 @@ def autotune_cmd(spec: str, model_path: str, out: str, report_path: str | None, 
     program name such as mlp.000.
     """
     core = pin(core, no_pin)
+    for path in (out, report_path):  # refused before the measuring, not after it
+        if path:
+            check_writable(path)
     from graphcost.autotune.chosen import how_to_apply, save_config
     from graphcost.autotune.program import load_target
     from graphcost.autotune.tune import autotune, format_result

@@ -19,6 +19,7 @@ import matplotlib.pyplot as plt  # noqa: E402
 import numpy as np  # noqa: E402
 from scipy import stats  # noqa: E402
 
+from graphcost.atomic import atomic_open, write_json, write_text  # noqa: E402
 from graphcost.errors import UserError  # noqa: E402
 from graphcost.stats import MeanCI  # noqa: E402
 
@@ -169,10 +170,12 @@ def plot_scatter(run: RunResult, path: Path, title: str) -> Path:
 
 
 def _save(fig, path: Path) -> Path:
-    path.parent.mkdir(parents=True, exist_ok=True)
     fig.tight_layout()
-    fig.savefig(path, dpi=110)
-    plt.close(fig)
+    try:
+        with atomic_open(path) as f:
+            fig.savefig(f, dpi=110, format=path.suffix[1:])
+    finally:
+        plt.close(fig)
     return path
 
 
@@ -224,7 +227,7 @@ def write_report(runs: list[RunResult], out_dir: str | Path, title: str = "graph
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)
     rows = summary_rows(runs, noise)
-    (out / "summary.json").write_text(json.dumps(rows, indent=1, default=float))
+    write_json(rows, out / "summary.json")
     by_collection: dict[str, list[RunResult]] = {}
     for r in runs:
         by_collection.setdefault(r.collection, []).append(r)
@@ -245,10 +248,11 @@ def write_report(runs: list[RunResult], out_dir: str | Path, title: str = "graph
         parts += [f"<p>{html.escape(n)}</p>" for n in map(selection_note, group) if n]
         parts += [f'<p><img src="{p.name}" alt="{html.escape(p.stem)}"></p>' for p in pics]
     page = out / "index.html"
-    page.write_text("<!doctype html><meta charset='utf-8'><title>" + html.escape(title)
-                    + "</title><style>body{font-family:sans-serif;max-width:1100px;margin:auto}"
-                    "table{border-collapse:collapse}td,th{border:1px solid #ccc;padding:3px 8px;"
-                    "text-align:right}img{max-width:100%}</style>\n" + "\n".join(parts) + "\n")
+    write_text("<!doctype html><meta charset='utf-8'><title>" + html.escape(title)
+               + "</title><style>body{font-family:sans-serif;max-width:1100px;margin:auto}"
+               "table{border-collapse:collapse}td,th{border:1px solid #ccc;padding:3px 8px;"
+               "text-align:right}img{max-width:100%}</style>\n" + "\n".join(parts) + "\n",
+               page)  # last: a page that exists has every picture it shows
     return page
 
 
