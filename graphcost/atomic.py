@@ -1,8 +1,10 @@
-"""Atomic file writing: nothing half-written is ever left under the final name."""
+"""Atomic file writing: nothing half-written is ever left under the final name, and one
+writer per output folder (`one_writer`)."""
 
 from __future__ import annotations
 
 import errno
+import fcntl
 import json
 import os
 import socket
@@ -94,6 +96,35 @@ def write_json(obj: Any, path: str | Path) -> Path:
     with atomic_open(path, "w") as f:
         json.dump(obj, f, indent=1, default=float)
     return Path(path)
+
+
+#: the lock file that `one_writer` holds in an output folder
+LOCK = ".lock"
+
+
+@contextmanager
+def one_writer(folder: str | Path, what: str) -> Iterator[Path]:
+    """Hold output folder `folder` (created if need be) while the block runs, so that no
+    two runs write into it at once (graphs timed twice, files overwritten, log lines
+    doubled): an exclusive lock on `folder/.lock`, which names its holder (PID@HOST).
+    While another process holds it, a UserError names the folder and the holder; `what`
+    names the writer ("training run"). The kernel releases the lock when its holder
+    ends, however it ends, so that a killed run (kill -9) never blocks the next one."""
+    folder = Path(folder)
+    folder.mkdir(parents=True, exist_ok=True)
+    with open(folder / LOCK, "a+") as lock:
+        try:
+            fcntl.flock(lock, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            lock.seek(0)
+            holder = lock.read().strip() or "unknown"
+            raise UserError(f"{folder}: another {what} (pid {holder}) is writing into this "
+                            "folder; wait for it to end, or choose another output folder"
+                            ) from None
+        lock.truncate(0)
+        lock.write(f"{os.getpid()}@{socket.gethostname()}\n")
+        lock.flush()
+        yield folder  # the lock is released when the file closes, also on errors
 
 
 def check_writable(path: str | Path, folder: bool = False) -> Path:

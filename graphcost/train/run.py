@@ -2,13 +2,12 @@
 
 from __future__ import annotations
 
-import fcntl
-import os
 from collections.abc import Iterator
 from contextlib import contextmanager, nullcontext
 from pathlib import Path
 from typing import Any
 
+from graphcost.atomic import one_writer
 from graphcost.data.collection import Collection, open_collection
 from graphcost.errors import CollectionError, UserError
 from graphcost.formats import Graph
@@ -22,8 +21,6 @@ RUN_FILES = ("run.json", "metrics.jsonl", "best.pt", "last.pt", "model.pt")
 #: the files that hold a run's weights: without them a folder holds no run to continue or
 #: keep, only what one that failed before its first epoch wrote (run.json, metrics.jsonl)
 WEIGHTS = ("best.pt", "last.pt", "model.pt")
-#: the lock file a run holds for its lifetime
-LOCK = ".lock"
 
 
 def training_splits(coll: Collection) -> tuple[list[Graph], list[Graph] | None]:
@@ -80,25 +77,13 @@ def train_model(data: str | Path | Collection, model: str = "ranker",
 def claim_run_dir(out_dir: str | Path, resume: bool = False,
                   overwrite: bool = False) -> Iterator[Path]:
     """Hold run directory `out_dir` for one training run, so that no two runs mix their
-    files there (best.pt from one, model.pt from the other): an exclusive lock on
-    `out_dir/.lock` for the run's lifetime, refused naming the holder's pid while another
-    process holds it. A run already there (its `WEIGHTS`) is refused unless `resume`
-    continues it or `overwrite` replaces it; then its files are removed first, so that
-    none outlives it. What a run that failed before its first epoch left (no weights) is
-    removed too: it blocks no rerun."""
-    out = Path(out_dir)
-    out.mkdir(parents=True, exist_ok=True)
-    with open(out / LOCK, "a+") as lock:
-        try:
-            fcntl.flock(lock, fcntl.LOCK_EX | fcntl.LOCK_NB)
-        except BlockingIOError:
-            lock.seek(0)
-            holder = lock.read().strip() or "unknown"
-            raise UserError(f"{out}: another training run (pid {holder}) is using this run "
-                            "directory; wait for it to end, or choose another --out") from None
-        lock.truncate(0)
-        lock.write(f"{os.getpid()}\n")
-        lock.flush()
+    files there (best.pt from one, model.pt from the other): `one_writer`'s lock for the
+    run's lifetime, refused naming the holder's pid while another process holds it. A run
+    already there (its `WEIGHTS`) is refused unless `resume` continues it or `overwrite`
+    replaces it; then its files are removed first, so that none outlives it. What a run
+    that failed before its first epoch left (no weights) is removed too: it blocks no
+    rerun."""
+    with one_writer(out_dir, "training run") as out:
         existing = [name for name in RUN_FILES if (out / name).exists()]
         trained = any(name in WEIGHTS for name in existing)
         if trained and not (resume or overwrite):
@@ -108,4 +93,4 @@ def claim_run_dir(out_dir: str | Path, resume: bool = False,
         if not (trained and resume):
             for name in existing:
                 (out / name).unlink()
-        yield out  # the lock is released when the file closes, also on errors
+        yield out

@@ -29,6 +29,7 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from graphcost.atomic import one_writer
 from graphcost.errors import UserError
 from graphcost.formats.records import Graph
 from graphcost.kinds import MEASURE_KINDS
@@ -159,10 +160,17 @@ def collect(spec: CollectSpec, progress: Callable[[int, int], Callable[[dict], A
     """Measure every pending graph of `spec` (up to `spec.limit`), then write the manifests.
 
     `progress(total, initial)` may return a callback called with each finished graph's
-    summary (the CLI passes one that updates a tqdm bar).
+    summary (the CLI passes one that updates a tqdm bar). OUT has one writer: while
+    another run holds it (`one_writer`), this one is refused before any work.
     """
+    with one_writer(spec.out, "collect run"):
+        return _collect(spec, progress, command)
+
+
+def _collect(spec: CollectSpec, progress: Callable[[int, int], Callable[[dict], Any]] | None,
+             command: str | None) -> CollectResult:
+    """`collect` in its held OUT."""
     out = Path(spec.out)
-    out.mkdir(parents=True, exist_ok=True)
     tasks = plan_tasks(spec)
     if spec.shard:  # this machine's part of the whole plan, recorded in OUT/shard.json
         tasks = take_shard(spec, tasks)

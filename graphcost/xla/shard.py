@@ -13,6 +13,8 @@ that every planned graph was written (or logged as failed) by its shard and that
 was written twice, and only then copies the graphs into one collection with one
 `log.jsonl`, per-collection `manifest.json` and `summary.json` (listing each shard's
 machine). Each graph is timed whole on one machine, so its configs stay comparable.
+Every file is written whole or not at all, and a merge killed midway is finished by the
+same command run again (`MERGING`).
 
 The dealing (`assign_shards`, `take_shard`) lives in `graphcost.xla.plan`, below
 `collect`, which applies it; this module is the merge, which builds on the run log
@@ -28,7 +30,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from graphcost.atomic import atomic_open
+from graphcost.atomic import atomic_open, one_writer, remove_dead_writers_parts, write_json
 from graphcost.errors import UserError
 from graphcost.xla.manifest import write_manifest
 from graphcost.xla.plan import (
@@ -40,6 +42,9 @@ from graphcost.xla.plan import (
     collection_name,
 )
 from graphcost.xla.restart_log import read_log
+
+#: in OUT while a merge is under way: the shard folders it merges
+MERGING = ".merging"
 
 
 class MergeError(UserError):
@@ -137,19 +142,57 @@ def merge(out: str | Path, folders: Sequence[str | Path], command: str | None = 
     OUT is then what one unsharded `collect` would have written: the graphs, one
     `log.jsonl` (each line tagged with its shard, paths under OUT), and a
     `manifest.json` per collection whose `shards` lists each shard's machine and command.
+    OUT has one writer (`one_writer`); a merge into it that was killed is finished.
     """
     out, folders = Path(out), [Path(f) for f in folders]
     plans, tasks = check_shards(folders)
-    if (out / "log.jsonl").exists() or (out / "npz").exists():
+    with one_writer(out, "merge"):
+        _begin(out, folders)
+        result = _merge(out, folders, plans, tasks, command)
+        (out / MERGING).unlink()
+    return result
+
+
+def _begin(out: Path, folders: list[Path]) -> None:
+    """Mark a merge into OUT under way (`MERGING`, naming the shard folders). OUT must be
+    new, or hold the unfinished merge of the same shards: then the graphs a killed merge
+    copied are kept (`_copy` skips them) and its temporary files removed."""
+    shards = [str(f.resolve()) for f in folders]
+    marker = out / MERGING
+    if marker.exists():
+        before = json.loads(marker.read_text())
+        if sorted(before) != sorted(shards):
+            raise UserError(f"{out} holds an unfinished merge of other shard folders "
+                            f"({' '.join(before)}); finish it with `graphcost merge {out} "
+                            f"{' '.join(before)}`, or merge into a new folder")
+        for folder in [out, *(d for d in out.rglob("*") if d.is_dir())]:
+            remove_dead_writers_parts(folder)
+    elif (out / "log.jsonl").exists() or (out / "npz").exists():
         raise UserError(f"{out} already holds a collection; merge into a new folder")
-    out.mkdir(parents=True, exist_ok=True)
+    write_json(shards, marker)
+
+
+def _copy(src: Path, dest: Path) -> None:
+    """Copy a graph file whole or not at all, with its times, unless `dest` already is
+    that copy (the same size and modification time: written by a killed merge)."""
+    s = src.stat()
+    if dest.exists():
+        d = dest.stat()
+        if (d.st_size, d.st_mtime_ns) == (s.st_size, s.st_mtime_ns):
+            return
+    with open(src, "rb") as f, atomic_open(dest) as g:
+        shutil.copyfileobj(f, g)
+    shutil.copystat(src, dest)
+
+
+def _merge(out: Path, folders: list[Path], plans: list[dict[str, Any]], tasks: list[Task],
+           command: str | None) -> MergeResult:
+    """`merge` into the held OUT."""
     count = 0
     with atomic_open(out / "log.jsonl", "w") as log:
         for folder, plan in sorted(zip(folders, plans, strict=True), key=lambda x: x[1]["index"]):
             for f in sorted((folder / "npz").rglob("*.npz")):
-                dest = out / f.relative_to(folder)
-                dest.parent.mkdir(parents=True, exist_ok=True)
-                shutil.copy2(f, dest)
+                _copy(f, out / f.relative_to(folder))
                 count += 1
             path = folder / "log.jsonl"
             for line in (path.read_text().splitlines() if path.exists() else []):
@@ -175,6 +218,6 @@ def merge(out: str | Path, folders: Sequence[str | Path], command: str | None = 
         m["machine"] = {"merged_on": m["machine"]["node"],
                         "nodes": sorted({str(x.get("node")) for x in measured}),
                         "cpus": sorted({str(x.get("cpu")) for x in measured})}
-        (collection_dir(out, kind) / "manifest.json").write_text(json.dumps(m, indent=1))
+        write_json(m, collection_dir(out, kind) / "manifest.json")
     failed = sum(1 for e in read_log(out).values() if e["status"] != "ok")
     return MergeResult(count, failed, [p["shard"] for p in plans], manifests)
