@@ -626,7 +626,7 @@ def test_the_command_refuses_seeds_that_are_not_integers(bench_dirs):
     coll, out, _, _ = bench_dirs
     res = invoke(str(coll), "--out", str(out), "--seeds", "a,b")
     assert res.exit_code == 2, res.output
-    assert "--seeds must be integers" in res.output and "'a,b'" in res.output
+    assert "--seeds expects comma-separated integers" in res.output and "'a,b'" in res.output
     assert "Traceback" not in res.output and isinstance(res.exception, SystemExit)
 
 

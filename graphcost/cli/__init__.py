@@ -13,7 +13,15 @@ import sys
 import click
 
 from graphcost.atomic import is_full_disk
-from graphcost.cli import autotune, bench, data, demo, measure, models
+from graphcost.cli import (
+    autotune,
+    bench,
+    bench_tuning,  # noqa: F401  (adds its commands to `bench`)
+    data,
+    demo,
+    measure,
+    models,
+)
 from graphcost.errors import EnvironmentFault, UserError
 
 

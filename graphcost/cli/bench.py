@@ -9,15 +9,12 @@ import click
 
 from graphcost.atomic import write_json
 from graphcost.cli.options import (
-    CORE,
-    autotune_options,
     comma_list,
+    int_list,
     json_option,
-    pin,
     timing_options,
 )
-from graphcost.kinds import SPACES
-from graphcost.xla.timing import AUTOTUNING, COLLECTING
+from graphcost.xla.timing import COLLECTING
 
 
 @click.group()
@@ -25,7 +22,7 @@ def bench() -> None:
     """Benchmarks that print speed and memory figures."""
 
 
-def _bench_table(header: str, format_row: Callable[[Any], str], summarise: Callable[[Any], str],
+def bench_table(header: str, format_row: Callable[[Any], str], summarise: Callable[[Any], str],
                  json_path: str | None, run: Callable[[Callable[[Any], None]], Any]) -> Any:
     """Print a benchmark's rows as they come (`run(on_row)`), then its summary (bad
     settings raise UserError: a clean error); the result (a `graphcost.bench.BenchResult`)
@@ -102,175 +99,6 @@ def bench_score_cmd(kinds: tuple[str, ...], models: tuple[str, ...], sizes: tupl
         write_json(result.to_json(), json_path)
 
 
-def held_out_options(f: Callable) -> Callable:
-    """Where the model comes from and which held-out programs to tune: the options
-    `bench autotune` and `bench pool` share (see `held_out`)."""
-    options = [
-        click.option("--model", "model_path", default=None,
-                     type=click.Path(exists=True, dir_okay=False),
-                     help="A saved model (then name the held-out programs or --families)."),
-        click.option("--data", default=None, type=click.Path(exists=True, file_okay=False),
-                     help="Train a small ranker on this collection; its families are held out."),
-        click.option("--kind", type=click.Choice(SPACES), default="layout", show_default=True,
-                     help="What to measure for training when neither is given."),
-        click.option("--train-families", show_default=True,  # bench.autotune.TRAIN_FAMILIES
-                     default=",".join(("mlp", "cnn_nchw", "depthwise", "transformer")),
-                     help="Families measured for training when neither --model nor --data "
-                          "is given."),
-        click.option("--families", default=None, help="Comma-separated families to tune "
-                     "(default: every zoo family not used for training)."),
-        click.option("--programs", default=None, help="Comma-separated program names to tune."),
-        click.option("--per-family", default=1, show_default=True,
-                     help="Programs tuned per family."),
-        click.option("--epochs", default=30, show_default=True,
-                     help="Training epochs (small ranker)."),
-    ]
-    for option in reversed(options):
-        f = option(f)
-    return f
-
-
-def held_out(model_path: str | None, data: str | None, kind: str, train_families: str,
-             families: str | None, programs: str | None, per_family: int, epochs: int,
-             seed: int) -> tuple[Any, dict[str, Any], list[str]]:
-    """The model (loaded or trained), where it came from, and the programs to tune."""
-    from graphcost.bench.autotune import choose_model, programs_to_tune
-
-    model, info = choose_model(model_path, data, kind, comma_list(train_families), epochs, seed,
-                               log=click.echo)
-    return model, info, programs_to_tune(info, per_family, comma_list(families),
-                                         comma_list(programs))
-
-
-@bench.command("autotune")
-@held_out_options
-@json_option
-@autotune_options
-def bench_autotune_cmd(model_path: str | None, data: str | None, kind: str, train_families: str,
-                       families: str | None, programs: str | None, per_family: int,
-                       epochs: int, json_path: str | None, k: int, samples: int,
-                       evaluations: int, runs: int, warmup: int, core: int | None,
-                       no_pin: bool, seed: int, confirm_rounds: int, batches: int) -> None:
-    """Measured speed-ups over default and random-K on held-out programs, and candidates/s."""
-    core = pin(core, no_pin)
-    from graphcost.bench.autotune import bench_autotune, format_bench
-    from graphcost.xla.timing import Protocol
-
-    model, info, names = held_out(model_path, data, kind, train_families, families, programs,
-                                  per_family, epochs, seed)
-    result = bench_autotune(names, model, info, k, samples, evaluations, Protocol(warmup, runs),
-                            seed, None, confirm_rounds, batches, log=click.echo)
-    result.core = core  # pinned above, for the whole process
-    click.echo(format_bench(result))
-    if json_path:
-        write_json(result.to_json(), json_path)
-
-
-@bench.command("pool")
-@held_out_options
-@click.option("--pool", "pool_size", default=48, show_default=True,
-              help="Configs sampled per program and all measured (the default included).")
-@click.option("--k", default=5, show_default=True, help="Measurements each strategy may spend.")
-@click.option("--batches", default=2, show_default=True,
-              help="The learning strategy measures its K in this many batches.")
-@timing_options(AUTOTUNING)
-@click.option("--rounds", default=2, show_default=True, help="Rounds timing the pool.")
-@click.option("--confirm-rounds", default=5, show_default=True,
-              help="Fresh rounds re-timing each strategy's choice and the pool's best.")
-@click.option("--core", type=CORE, default=None,
-              help="Pin to this core (default: the first one allowed).")
-@click.option("--no-pin", is_flag=True, help="Do not pin (timings drift more).")
-@click.option("--seed", default=0, show_default=True)
-@json_option
-def bench_pool_cmd(model_path: str | None, data: str | None, kind: str, train_families: str,
-                   families: str | None, programs: str | None, per_family: int, epochs: int,
-                   pool_size: int, k: int, batches: int, runs: int, warmup: int, rounds: int,
-                   confirm_rounds: int, core: int | None, no_pin: bool, seed: int,
-                   json_path: str | None) -> None:
-    """Model, learning and random search against exhaustive measurement of a sampled pool."""
-    from graphcost.errors import UserError
-
-    core = pin(core, no_pin)
-    if pool_size < 2 or k < 1 or batches < 1 or confirm_rounds < 2:
-        raise UserError("need --pool >= 2, --k >= 1, --batches >= 1 and --confirm-rounds >= 2")
-    from graphcost.bench.pool import bench_pool, format_pool
-    from graphcost.xla.timing import Protocol
-
-    model, info, names = held_out(model_path, data, kind, train_families, families, programs,
-                                  per_family, epochs, seed)
-    result = bench_pool(names, model, info, pool_size, k, batches,
-                        Protocol(warmup, runs, rounds), confirm_rounds, seed, None,
-                        log=click.echo)
-    result.core = core  # pinned above, for the whole process
-    click.echo(format_pool(result))
-    if json_path:
-        write_json(result.to_json(), json_path)
-
-
-@bench.command("families")
-@click.argument("data", type=click.Path(exists=True, file_okay=False))
-@click.option("--out", "out_dir", type=click.Path(file_okay=False), required=True,
-              help="fold models (OUT/<model>-<seed>) and confirmed rows; a rerun reuses them")
-@click.option("--model", "model_name", default="ranker", show_default=True)
-@click.option("--seeds", default="0,1,2", show_default=True,
-              help="one leave-family-out model per fold and seed, comma-separated")
-@click.option("--folds", type=click.IntRange(min=2), default=5, show_default=True)
-@click.option("--k", type=click.IntRange(min=1), default=5, show_default=True,
-              help="Configs each strategy may measure besides the default.")
-@click.option("--set", "sets", multiple=True, metavar="KEY=VALUE",
-              help="a training or model setting, as for `graphcost crossval`; repeatable")
-@click.option("--epochs", type=int, default=None)
-@click.option("--families", default=None, help="only programs of these families (comma list)")
-@click.option("--confirm", is_flag=True,
-              help="compile the programs again and time every possible choice in fresh "
-                   "rounds; the table then comes from those rounds")
-@click.option("--no-search", is_flag=True,
-              help="when confirming, do not also time what `graphcost autotune` would pick "
-                   "beyond the pool")
-@click.option("--samples", type=click.IntRange(min=1), default=None,
-              help="fresh configs the search strategy's model ranks (default: autotune's)")
-@click.option("--evaluations", type=click.IntRange(min=1), default=None,
-              help="model scores of the search strategy: more than --samples searches "
-                   "beyond the sample (default: --samples)")
-@timing_options(AUTOTUNING, max_run_s=True)
-@click.option("--confirm-rounds", type=click.IntRange(min=4), default=6, show_default=True,
-              help="fresh rounds: the first 2 choose among the search's picks, the rest "
-                   "give every figure")
-@click.option("--core", type=CORE, default=None,
-              help="Pin to this core when confirming (default: the first one allowed).")
-@json_option
-def bench_families_cmd(data: str, out_dir: str, model_name: str, seeds: str, folds: int, k: int,
-                       sets: tuple[str, ...], epochs: int | None, families: str | None,
-                       confirm: bool, no_search: bool, samples: int | None,
-                       evaluations: int | None, runs: int, warmup: int, max_run_s: float,
-                       confirm_rounds: int, core: int | None, json_path: str | None) -> None:
-    """Leave-family-out autotuning: every program tuned from its stored pool by a model
-    that never saw its family, against the pool's best, a portfolio, random-K and the
-    default; per family and per headroom."""
-    from graphcost.errors import UserError
-    from graphcost.train.settings import parse_settings
-
-    try:
-        seed_list = [int(x) for x in comma_list(seeds)]
-    except ValueError:
-        raise UserError(f"--seeds must be integers separated by commas, got {seeds!r}") from None
-    given = {"epochs": epochs} if epochs is not None else {}
-    settings, model_kw = parse_settings(sets, model_name, {"progress": False}, **given)
-    core = pin(core, no_pin=not confirm)
-    from graphcost.autotune.headroom import format_families
-    from graphcost.bench.families import bench_families
-    from graphcost.xla.timing import Protocol
-
-    result = bench_families(data, out_dir, model_name, seed_list, k, folds, settings, model_kw,
-                            comma_list(families), confirm, not no_search, samples, evaluations,
-                            Protocol(warmup, runs, confirm_rounds, max_run_s), core,
-                            log=click.echo)
-    table = result.to_json()  # `autotune.headroom` formats the JSON object
-    click.echo(format_families(table))
-    if json_path:
-        write_json(table, json_path)
-
-
 @bench.command("scale")
 @click.option("--sizes", default="1000,10000,50000,200000", show_default=True,
               help="graph sizes in nodes, comma-separated")
@@ -291,7 +119,7 @@ def bench_scale_cmd(sizes: str, modes: str, configs: int, num_configs: int, step
     layout graphs of growing size, each in a fresh process, with growth exponents."""
     from graphcost.bench.scale import HEADER, bench_scale, format_row, format_scale
 
-    _bench_table(HEADER, format_row, format_scale, json_path, lambda on_row: bench_scale(
+    bench_table(HEADER, format_row, format_scale, json_path, lambda on_row: bench_scale(
         [int(x) for x in comma_list(sizes)], comma_list(modes), configs, num_configs, steps,
         segment_size, memory_budget, threads, on_row=on_row))
 
@@ -363,7 +191,7 @@ def bench_gst_cmd(variants: str, data: str | None, nodes: int, graphs: int, num_
                         configs_per_graph=configs, seed=seed, repeats=repeats,
                         threads=threads)
     click.echo(describe(spec))
-    _bench_table(HEADER, format_row, format_gst, json_path, lambda on_row: bench_gst(
+    bench_table(HEADER, format_row, format_gst, json_path, lambda on_row: bench_gst(
         comma_list(variants), spec, jobs, on_row=on_row))
 
 
@@ -395,7 +223,7 @@ def bench_collect_cmd(families: str, per_family: int, kinds: str, configs: int, 
     from graphcost.xla.timing import Protocol
 
     protocol = Protocol(warmup, runs, rounds)
-    _bench_table(HEADER, format_row, format_collect, json_path, lambda on_row: bench_collect(
+    bench_table(HEADER, format_row, format_collect, json_path, lambda on_row: bench_collect(
         comma_list(families), per_family, comma_list(kinds), configs, protocol, repeats,
         workers, comma_list(modes), on_row=on_row))
 
@@ -429,15 +257,11 @@ def bench_baselines_cmd(data: str | None, seeds: str, collections: str | None,
         plot_curves,
     )
     from graphcost.data.inspect import sample_root
-    from graphcost.errors import UserError
 
-    try:
-        seed_list = [int(s) for s in comma_list(seeds)]
-    except ValueError:
-        raise UserError(f"--seeds expects comma-separated integers, got {seeds!r}") from None
+    seed_list = int_list(seeds, "--seeds")
     if plot_path:
         check_writable(plot_path)
-    result = _bench_table(HEADER, format_row, format_baselines, json_path,
+    result = bench_table(HEADER, format_row, format_baselines, json_path,
                           lambda on_row: bench_baselines(
                               data or sample_root(), seed_list,
                               collections and comma_list(collections),
@@ -445,53 +269,3 @@ def bench_baselines_cmd(data: str | None, seeds: str, collections: str | None,
                               on_row=on_row))
     if plot_path:
         click.echo(f"learning curves: {plot_curves(result, plot_path)}")
-
-
-@bench.command("apply")
-@click.option("--programs", default="mlp.005,cnn_nhwc.000,transformer.000",
-              show_default=True, help="Comma-separated zoo programs or MODULE:FUNCTION.")
-@click.option("--calls", default=200, show_default=True, help="Calls per round.")
-@click.option("--rounds", default=5, show_default=True, help="Alternating rounds.")
-@click.option("--core", type=int, default=None, help="Pin to this core.")
-@json_option
-def bench_apply_cmd(programs: str, calls: int, rounds: int, core: int | None,
-                    json_path: str | None) -> None:
-    """Per-call cost of an autotuned program (`apply`) against plain `jax.jit`."""
-    from graphcost.bench.apply import HEADER, bench_apply, format_apply, format_row
-
-    pin(core, core is None)
-    _bench_table(HEADER, format_row, format_apply, json_path, lambda on_row: bench_apply(
-        comma_list(programs), calls, rounds, on_row=on_row))
-
-
-@bench.command("knobs")
-@click.option("--out", "out_dir", type=click.Path(file_okay=False), required=True,
-              help="rows are kept in OUT/knobs.json; a rerun timing the same way reuses them")
-@click.option("--families", default=None, help="comma-separated zoo families (default: all)")
-@click.option("--per-family", type=click.IntRange(min=1), default=2, show_default=True,
-              help="the first N programs of each family")
-@timing_options(COLLECTING, max_run_s=True)
-@click.option("--rounds", type=click.IntRange(min=2), default=6, show_default=True,
-              help="fresh interleaved rounds; the speed-ups' intervals are over them")
-@click.option("--core", type=CORE, default=None,
-              help="Pin to this core (default: the first one allowed).")
-@click.option("--candidates/--no-candidates", default=True, show_default=True,
-              help="also the candidate knobs (xla.configs.CANDIDATE_KNOBS), not only "
-                   "the search space's OPTION_KNOBS")
-@json_option
-def bench_knobs_cmd(out_dir: str, families: str | None, per_family: int, runs: int,
-                    warmup: int, rounds: int, max_run_s: float, core: int | None,
-                    candidates: bool, json_path: str | None) -> None:
-    """Each compiler option's effect on each program family, one knob at a time: every
-    single-knob change timed against the default in the same rounds."""
-    core = pin(core, no_pin=False)
-    from graphcost.bench.knobs import bench_knobs, format_knobs
-    from graphcost.xla.configs import CANDIDATE_KNOBS, OPTION_KNOBS
-    from graphcost.xla.timing import Protocol
-
-    knobs = OPTION_KNOBS + (CANDIDATE_KNOBS if candidates else ())
-    result = bench_knobs(out_dir, comma_list(families), per_family, knobs,
-                         Protocol(warmup, runs, rounds, max_run_s), core, log=click.echo)
-    click.echo(format_knobs(result))
-    if json_path:
-        write_json(result.to_json(), json_path)

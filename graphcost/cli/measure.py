@@ -113,6 +113,9 @@ def measure(program: str, kind: str, source: str, per_family: int, core: int | N
               help="With the pipeline: pause every compile worker while timing (quiet) or "
                    "only those on the timing core (shared: more compiling, more noise).")
 @click.option("--retry-failed", is_flag=True, help="Measure graphs logged as failed again.")
+@click.option("--cover", is_flag=True,
+              help="Options: every one- and two-knob change of the default first, then "
+                   "random configs: a table for `graphcost bench search`.")
 @click.option("--shard", default="", metavar="I/N",
               help="Measure only shard I of N (0-based) of the planned graphs, e.g. one per "
                    "machine with the same options; combine with `graphcost merge`.")
@@ -126,9 +129,9 @@ def measure(program: str, kind: str, source: str, per_family: int, core: int | N
 @_protocol_options
 def collect(out: str, sources: tuple[str, ...], per_family: int, families: str | None,
             kinds: str, workers: int, limit: int, pipeline: bool, quiet_timing: bool,
-            retry_failed: bool, shard: str, ray: str | None, num_configs: int, runs: int,
-            warmup: int, rounds: int, min_time_s: float, statistic: str, flush_cache: bool,
-            max_run_s: float, seed: int) -> None:
+            retry_failed: bool, cover: bool, shard: str, ray: str | None, num_configs: int,
+            runs: int, warmup: int, rounds: int, min_time_s: float, statistic: str,
+            flush_cache: bool, max_run_s: float, seed: int) -> None:
     """Measure programs x configs into TpuGraphs collections under OUT (resumable: a
     rerun with the same options measures only what is not written yet).
 
@@ -144,7 +147,7 @@ def collect(out: str, sources: tuple[str, ...], per_family: int, families: str |
     from graphcost.xla.timing import Protocol
 
     spec = collect_spec(out, sources, per_family, comma_list(families), comma_list(kinds),
-                        num_configs=num_configs, seed=seed,
+                        num_configs=num_configs, seed=seed, cover=cover,
                         protocol=Protocol(warmup, runs, rounds, max_run_s,
                                           flush_cache=flush_cache, min_time_s=min_time_s,
                                           statistic=statistic),

@@ -7,12 +7,21 @@ from collections.abc import Callable
 
 import click
 
+from graphcost.errors import UserError
 from graphcost.xla.timing import AUTOTUNING, Protocol
 
 
 def comma_list(value: str | None) -> list[str]:
     """A comma-separated option value as its items: `'a, b,'` is ['a', 'b']."""
     return [x.strip() for x in value.split(",") if x.strip()] if value else []
+
+
+def int_list(value: str | None, option: str) -> list[int]:
+    """A comma-separated list of integers (`--seeds 0,1,2`), refused naming `option`."""
+    try:
+        return [int(x) for x in comma_list(value)]
+    except ValueError:
+        raise UserError(f"{option} expects comma-separated integers, got {value!r}") from None
 
 
 class Core(click.ParamType):

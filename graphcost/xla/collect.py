@@ -94,7 +94,8 @@ def _prepare(task: Task, spec: CollectSpec) -> tuple[Prepared, tuple]:
     from graphcost.xla.prepare import prepare
 
     fn, args = find_program(task.source, spec.program_kwargs, task.program)
-    return prepare(task.program, fn, args, task.kind, spec.num_configs, spec.seed), args
+    return prepare(task.program, fn, args, task.kind, spec.num_configs, spec.seed,
+                   spec.cover), args
 
 
 def compile_task(task: Task, spec_d: dict[str, Any]) -> bytes | dict[str, Any]:

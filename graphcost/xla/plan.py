@@ -38,6 +38,7 @@ class CollectSpec:
     kinds: list[str] = field(default_factory=lambda: list(MEASURE_KINDS))
     num_configs: int = 16  # distinct executables wanted per graph
     seed: int = 0
+    cover: bool = False  # options: every one- and two-knob change first (a search table)
     split_fractions: tuple[float, float, float] = (0.7, 0.15, 0.15)
     protocol: Protocol = field(default_factory=Protocol)
     workers: int = 0  # 0 = one per core this process may use

@@ -20,6 +20,7 @@ from typing import Any
 import numpy as np
 
 from graphcost.formats.records import Graph, LayoutGraph, TileGraph
+from graphcost.xla.configs import OPTION_KNOBS, Knob, OptionsConfig, sample_option_configs
 from graphcost.xla.extract import compiled_graph
 from graphcost.xla.fingerprint import fingerprint
 from graphcost.xla.timing import ConfigResult, Protocol, error_line, time_executables
@@ -113,6 +114,30 @@ def config_rng(name: str, kind: str, seed: int) -> np.random.Generator:
     return np.random.default_rng([seed, *map(ord, f"{kind}:{name}")])
 
 
+def cover_option_configs(count: int, rng: np.random.Generator,
+                         knobs: Sequence[Knob] = OPTION_KNOBS) -> list[OptionsConfig]:
+    """`count` distinct configs that cover the space, for a table to search on: the
+    default, then every change of one knob, then every change of two knobs (each group in
+    a random order), then random configs (`sample_option_configs`)."""
+    default = (0,) * len(knobs)
+    moves = [(k, v) for k, knob in enumerate(knobs) for v in range(1, len(knob.choices))]
+
+    def setting(*changes: tuple[int, int]) -> OptionsConfig:
+        c = list(default)
+        for k, v in changes:
+            c[k] = v
+        return tuple(c)
+
+    singles = [setting(m) for m in moves]
+    pairs = [setting(a, b) for i, a in enumerate(moves) for b in moves[i + 1:] if a[0] != b[0]]
+    configs = [default] + [singles[i] for i in rng.permutation(len(singles))] \
+        + [pairs[i] for i in rng.permutation(len(pairs))]
+    seen = set(configs)
+    configs += [c for c in sample_option_configs(count + len(seen), rng, knobs=knobs)
+                if c not in seen]
+    return configs[:count]
+
+
 def _compile_distinct(prep: Prepared, candidates: Sequence[Any], distinct: int,
                       compile_one: Callable[[Any], tuple[Any, dict[str, Any]]],
                       features: Callable[[Any], np.ndarray]) -> None:
@@ -176,7 +201,7 @@ def prepare_options(name: str, fn: Callable, args: Sequence[Any], distinct: int 
                     ) -> Prepared:
     """Compile sampled compiler-option configs of `fn(*args)` (the default first)."""
 
-    from graphcost.xla.configs import compiler_options, option_features, sample_option_configs
+    from graphcost.xla.configs import compiler_options, option_features
 
     if configs is None:
         configs = sample_option_configs(distinct * ATTEMPTS_PER_DISTINCT,
@@ -196,11 +221,14 @@ def prepare_options(name: str, fn: Callable, args: Sequence[Any], distinct: int 
 
 
 def prepare(name: str, fn: Callable, args: Sequence[Any], kind: str, distinct: int = 16,
-            seed: int = 0) -> Prepared:
+            seed: int = 0, cover: bool = False) -> Prepared:
     """Compile the sampled configs of one measure kind: "options", "layout:random" or
-    "layout:default"."""
+    "layout:default". With `cover`, options configs come in cover order
+    (`cover_option_configs`: every one- and two-knob change first), for a table."""
     if kind == "options":
-        return prepare_options(name, fn, args, distinct, seed)
+        configs = (cover_option_configs(distinct * ATTEMPTS_PER_DISTINCT,
+                                        config_rng(name, "options", seed)) if cover else None)
+        return prepare_options(name, fn, args, distinct, seed, configs)
     return prepare_layout(name, fn, args, kind.split(":")[1], distinct, seed)
 
 

@@ -1,0 +1,293 @@
+"""`graphcost bench search`: search strategies judged offline on a table of measured configs.
+
+A *table* is an options collection whose programs were measured at many configs (the
+bundled `options:cpu` holds 24 per program; `graphcost collect --kinds options
+--configs N --cover` measures every single and pairwise knob change first). On a table a
+measurement is a lookup, so every strategy of `autotune.strategy` runs on every
+program, at every budget, in seconds (the NAS-Bench idea). The rules of the game:
+
+- the default config is measured first and free; the budget K counts the *distinct
+  executables* timed after it (a config that compiles to an executable already timed
+  costs nothing, as a tuner that fingerprints before timing pays nothing for it);
+- a strategy's result at K is the speed-up of the fastest config it has measured over
+  the default (by the table's runtimes); the optimum is the table's fastest;
+- model strategies use, for each program, a model that never saw its family: the fold
+  models of `graphcost crossval` on the training collection (`eval.folds`, shared with
+  `bench families`), one per seed; a family the training collection lacks takes the
+  first fold's;
+- random and TPE run `draws` seeds per program; every figure is a geometric mean over
+  the programs with at least `headroom` over the default, with a 95% t interval, and
+  each strategy is paired with random search per program.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Callable, Sequence
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from graphcost.autotune.strategy import (
+    CoordinateSearch,
+    ModelOnline,
+    ModelOrder,
+    RandomSearch,
+    Strategy,
+    TpeSearch,
+)
+from graphcost.bench import BenchResult
+from graphcost.data.collection import open_collection
+from graphcost.data.families import family_of
+from graphcost.errors import UserError
+from graphcost.eval.crossval import pooled_files
+from graphcost.eval.folds import fold_model, fold_runs
+from graphcost.formats.npz import TileGraph, read_extra, read_graph
+from graphcost.models.scorer import ConfigScorer
+from graphcost.stats import geomean_ci, t_interval
+from graphcost.train.settings import TrainSettings
+from graphcost.xla.configs import OPTION_KNOBS
+
+STRATEGIES = ("random", "coordinate", "tpe", "model", "model-online")
+BUDGETS = (1, 2, 3, 5, 10, 20, 50)
+
+
+@dataclasses.dataclass
+class Table:
+    """One program's measured configs: knob choices, runtimes and executables."""
+
+    name: str
+    configs: list[tuple[int, ...]]
+    runtime: np.ndarray  # seconds or ns, per config
+    executable: np.ndarray  # an id per config; configs of one executable share it
+    default: int  # the row of the all-default config
+    graph: TileGraph
+
+    @property
+    def optimum(self) -> float:
+        """The table's best speed-up over the default."""
+        return float(self.runtime[self.default] / self.runtime.min())
+
+
+def decode_options(features: np.ndarray, path: Path) -> list[tuple[int, ...]]:
+    """Knob choices of each row of an options graph's `config_feat`, read back from the
+    knobs' codes (`xla.configs.option_features`)."""
+    out = []
+    for r, row in enumerate(np.asarray(features)):
+        choice = []
+        for k, knob in enumerate(OPTION_KNOBS):
+            codes = [float(c) for c in knob.codes]
+            if float(row[k]) not in codes:
+                raise UserError(f"{path}: config {r} feature {k} is {row[k]}, not a code of "
+                                f"knob {knob.name} ({codes}): not an options:cpu graph")
+            choice.append(codes.index(float(row[k])))
+        out.append(tuple(choice))
+    return out
+
+
+def read_table(path: Path) -> Table:
+    """One program of a table collection, its default found and its executables named."""
+    g = read_graph(path)
+    if not isinstance(g, TileGraph):
+        raise UserError(f"{path}: a layout graph; bench search reads options tables")
+    configs = decode_options(g.config_feat, path)
+    default = (0,) * len(OPTION_KNOBS)
+    if default not in configs:
+        raise UserError(f"{path}: no default config among its {len(configs)} configs")
+    fingerprints = read_extra(path).get("config_fingerprint")
+    if fingerprints is None:  # each config its own executable
+        executable = np.arange(len(configs))
+    else:
+        _, executable = np.unique(np.asarray(fingerprints), axis=0, return_inverse=True)
+    return Table(path.stem, configs, np.asarray(g.config_runtime, dtype=np.float64),
+                 np.asarray(executable).reshape(-1), configs.index(default), g)
+
+
+def anytime(strategy: Strategy, table: Table, budget: int) -> np.ndarray:
+    """Speed-up over the default of the best config measured after k = 1..budget
+    executables timed (flat once the strategy has nothing left to ask)."""
+    row = {c: i for i, c in enumerate(table.configs)}
+    base = table.runtime[table.default]
+    strategy.tell(table.configs[table.default], base)
+    timed = {int(table.executable[table.default])}
+    best, curve = base, []
+    while len(curve) < budget:
+        config = strategy.ask()
+        if config is None:
+            break
+        i = row[config]
+        strategy.tell(config, table.runtime[i])
+        if int(table.executable[i]) in timed:
+            continue
+        timed.add(int(table.executable[i]))
+        best = min(best, table.runtime[i])
+        curve.append(base / best)
+    last = curve[-1] if curve else 1.0
+    return np.array(curve + [last] * (budget - len(curve)))
+
+
+def make_strategy(name: str, table: Table, seed: int,
+                  scores: np.ndarray | None = None) -> Strategy:
+    """A strategy of STRATEGIES over the table's configs."""
+    choices = [len(k.choices) for k in OPTION_KNOBS]
+    if name == "random":
+        return RandomSearch(table.configs, seed)
+    if name == "coordinate":
+        return CoordinateSearch(table.configs, choices, seed)
+    if name == "tpe":
+        return TpeSearch(table.configs, choices, seed)
+    if scores is None:
+        raise ValueError(f"{name} needs a model's scores")
+    if name == "model":
+        return ModelOrder(table.configs, scores, seed)
+    if name == "model-online":
+        return ModelOnline(table.configs, scores, choices, seed)
+    raise UserError(f"unknown strategy {name!r}; expected one of {', '.join(STRATEGIES)}")
+
+
+@dataclasses.dataclass
+class SearchBenchResult(BenchResult):
+    """Anytime curves per program and strategy, and their summary over the headroom
+    programs at each budget of `budgets`."""
+
+    table: str
+    data: str
+    seeds: list[int]
+    draws: int
+    headroom: float
+    budgets: list[int]
+    strategies: list[str]
+    programs: list[dict[str, Any]]  # name, family, optimum, curves: strategy -> [K]
+    summary: dict[str, dict[str, dict[str, list[float]]]]  # strategy -> K -> figures
+
+
+def summarize(programs: list[dict[str, Any]], strategies: Sequence[str],
+              budgets: Sequence[int], headroom: float) -> dict[str, Any]:
+    """Per strategy and budget, over the programs with `headroom`: the geometric mean
+    speed-up, the mean share of the optimum's log speed-up, and the geometric mean
+    ratio to random search, each with its 95% interval."""
+    rows = [p for p in programs if p["optimum"] >= headroom]
+    out: dict[str, Any] = {}
+    for s in strategies:
+        out[s] = {}
+        for k in budgets:
+            speed = [p["curves"][s][k - 1] for p in rows]
+            share = [np.log(p["curves"][s][k - 1]) / np.log(p["optimum"]) for p in rows]
+            ratio = [p["curves"][s][k - 1] / p["curves"]["random"][k - 1] for p in rows]
+            out[s][str(k)] = {"speedup": geomean_ci(speed),
+                              "share_of_optimum": list(t_interval(np.array(share))),
+                              "over_random": geomean_ci(ratio)}
+    return {"programs": len(rows), "by_strategy": out}
+
+
+def bench_search(table: str | Path, data: str | Path, out: str | Path,
+                 strategies: Sequence[str] = STRATEGIES, seeds: Sequence[int] = (0, 1, 2),
+                 draws: int = 10, budget: int = 50, headroom: float = 1.10, folds: int = 5,
+                 settings: TrainSettings | None = None,
+                 log: Callable[[str], Any] | None = None) -> SearchBenchResult:
+    """Every strategy on every program of `table` (see the module docstring). Fold models
+    are trained on `data` under `out` once and reused by a rerun."""
+    say = log or (lambda _msg: None)
+    unknown = [s for s in strategies if s not in STRATEGIES]
+    if unknown:
+        raise UserError(f"unknown strategy {unknown[0]!r}; expected some of "
+                        f"{', '.join(STRATEGIES)}")
+    if "random" not in strategies:
+        strategies = ["random", *strategies]  # every strategy is paired with it
+    coll = open_collection(table)
+    if coll.kind != "tile" or not coll.name.startswith("options:"):
+        raise UserError(f"{table}: {coll.name} is not an options collection; bench search "
+                        "reads tables of compiler options")
+    files = pooled_files(coll)
+    models: list[Callable[[str], Any]] = []
+    held_out: dict[str, str] = {}  # family -> a training program whose fold never saw it
+    if any(s.startswith("model") for s in strategies):
+        runs = fold_runs(data, "ranker", seeds, Path(out), settings or TrainSettings(), folds,
+                         say)
+        models = [fold_model(r) for r in runs]
+        graphs = runs[0]["graphs"]
+        first = min(g["fold"] for g in graphs.values())
+        fold0 = next(n for n in sorted(graphs) if graphs[n]["fold"] == first)
+        held_out = {family_of(n): n for n in graphs}
+        held_out = {f: held_out.get(f, fold0) for f in {family_of(n) for n in files}}
+    programs = []
+    for name in sorted(files):
+        t = read_table(files[name])
+        say(f"{name}: {len(t.configs)} configs, {len(set(t.executable.tolist()))} "
+            f"executables, optimum {t.optimum:.3f}x")
+        scores = [ConfigScorer(m(held_out[family_of(name)]), t.graph).scores() for m in models]
+        curves: dict[str, list[float]] = {}
+        for s in strategies:
+            model_run = s.startswith("model")
+            logs = [np.log(anytime(make_strategy(s, t, seed, scores[i] if model_run else None),
+                                   t, budget))
+                    for i, seed in enumerate(seeds if model_run else range(draws))]
+            curves[s] = np.exp(np.mean(logs, axis=0)).tolist()
+        programs.append({"name": name, "family": family_of(name), "optimum": t.optimum,
+                         "configs": len(t.configs),
+                         "executables": len(set(t.executable.tolist())), "curves": curves})
+    budgets = [k for k in BUDGETS if k <= budget]
+    return SearchBenchResult(table=coll.name, data=str(data), seeds=list(seeds), draws=draws,
+                             headroom=headroom, budgets=budgets, strategies=list(strategies),
+                             programs=programs,
+                             summary=summarize(programs, strategies, budgets, headroom))
+
+
+
+def format_search(result: SearchBenchResult) -> str:
+    """The summary as a table: per budget K, each strategy's geometric mean speed-up over
+    the default [95% CI], its share of the optimum's log speed-up, and its ratio to random
+    search (paired per program)."""
+    rows = [p for p in result.programs if p["optimum"] >= result.headroom]
+    optimum = geomean_ci([p["optimum"] for p in rows]) if rows else [float("nan")] * 3
+    lines = [f"{result.table}: {len(result.programs)} programs, {len(rows)} with ≥ "
+             f"{result.headroom:.2f}x headroom (table optimum {_ci(optimum)}x); model seeds "
+             f"{result.seeds}, {result.draws} draws of each model-free strategy",
+             f"{'K':>3} {'strategy':13} {'speed-up [95% CI]':>24} {'share of optimum':>24} "
+             f"{'over random':>24}"]
+    for k in result.budgets:
+        for s in result.strategies:
+            f = result.summary["by_strategy"][s][str(k)]
+            lines.append(f"{k:>3} {s:13} {_ci(f['speedup']):>24} "
+                         f"{_ci(f['share_of_optimum']):>24} {_ci(f['over_random']):>24}")
+    return "\n".join(lines)
+
+
+def _ci(v: Sequence[float]) -> str:
+    return f"{v[0]:.3f} [{v[1]:.3f}, {v[2]:.3f}]"
+
+
+def plot_search(result: SearchBenchResult, path: str | Path) -> Path:
+    """Anytime curves: the geometric mean speed-up of the best config found against the
+    executables timed, one line per strategy, over the headroom programs."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    from graphcost.atomic import atomic_open
+
+    rows = [p for p in result.programs if p["optimum"] >= result.headroom]
+    fig, ax = plt.subplots(figsize=(7, 4.5))
+    ks = np.arange(1, len(rows[0]["curves"]["random"]) + 1) if rows else np.arange(1, 2)
+    for s in result.strategies:
+        if rows:
+            curve = np.exp(np.mean([np.log(p["curves"][s]) for p in rows], axis=0))
+            ax.plot(ks, curve, label=s)
+    if rows:
+        ax.axhline(float(np.exp(np.mean([np.log(p["optimum"]) for p in rows]))), color="k",
+                   ls="--", lw=1, label="table optimum")
+    ax.set(xlabel="executables timed after the default (K)",
+           ylabel="speed-up over the default (geometric mean)", xscale="log",
+           title=f"{result.table}: {len(rows)} programs with ≥ {result.headroom:.2f}x headroom")
+    ax.grid(alpha=0.3)
+    ax.legend()
+    fig.tight_layout()
+    path = Path(path)
+    try:
+        with atomic_open(path) as f:
+            fig.savefig(f, dpi=110, format="png")
+    finally:
+        plt.close(fig)
+    return path

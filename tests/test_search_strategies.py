@@ -1,0 +1,167 @@
+"""Search strategies behind one ask/tell interface, the cover order of a table, and
+`bench search` on a table of measured configs (issue 44)."""
+
+from __future__ import annotations
+
+import itertools
+import json
+import shutil
+from pathlib import Path
+
+import numpy as np
+import pytest
+from click.testing import CliRunner
+
+from graphcost.autotune.strategy import (
+    CoordinateSearch,
+    ModelOnline,
+    ModelOrder,
+    RandomSearch,
+    TpeSearch,
+)
+from graphcost.bench.search import Table, anytime, decode_options, read_table
+from graphcost.cli import main
+from graphcost.xla.configs import OPTION_KNOBS, option_features
+from graphcost.xla.prepare import cover_option_configs
+
+SAMPLE = Path(__file__).resolve().parents[1] / "graphcost" / "sample" / "npz" / "options" / "cpu"
+CHOICES = [3, 2, 4]  # a small space: 24 configs
+SPACE = list(itertools.product(*(range(n) for n in CHOICES)))
+
+
+def runtime(c: tuple[int, ...]) -> float:
+    """Knob 2 at value 3 is the big win, knob 0 a small one; the rest is flat."""
+    return 10.0 / (1 + 2.0 * (c[2] == 3)) / (1 + 0.2 * (c[0] == 1))
+
+
+def strategies(seed: int = 0, scores=None):
+    scores = np.array([runtime(c) for c in SPACE]) if scores is None else scores
+    return [RandomSearch(SPACE, seed), CoordinateSearch(SPACE, CHOICES, seed),
+            TpeSearch(SPACE, CHOICES, seed), ModelOrder(SPACE, scores, seed),
+            ModelOnline(SPACE, scores, CHOICES, seed)]
+
+
+@pytest.mark.parametrize("index", range(5))
+def test_every_strategy_asks_each_candidate_once_then_nothing(index):
+    s = strategies()[index]
+    s.tell((0, 0, 0), runtime((0, 0, 0)))
+    asked = []
+    while (c := s.ask()) is not None:
+        assert c in SPACE and c not in asked and c != (0, 0, 0), (s.name, c)
+        asked.append(c)
+        s.tell(c, runtime(c))
+    assert sorted(asked) == sorted(set(SPACE) - {(0, 0, 0)}), s.name
+
+
+def test_coordinate_search_changes_one_knob_of_the_best_so_far():
+    s = CoordinateSearch(SPACE, CHOICES, seed=1)
+    s.tell((0, 0, 0), runtime((0, 0, 0)))
+    for _ in range(8):
+        best = s.best
+        c = s.ask()
+        assert sum(a != b for a, b in zip(c, best, strict=True)) == 1, (c, best)
+        s.tell(c, runtime(c))
+    assert s.best == (1, 0, 3)  # both wins found within 1 + 1 + 3 single moves
+
+
+def test_model_online_recovers_from_a_model_that_ranks_backwards():
+    wrong = -np.array([runtime(c) for c in SPACE])  # the slowest ranked first
+    order, online = ModelOrder(SPACE, wrong), ModelOnline(SPACE, wrong, CHOICES)
+    table = Table("toy", SPACE, np.array([runtime(c) for c in SPACE]), np.arange(len(SPACE)),
+                  0, None)
+    best = 10.0 / (3 * 1.2)
+    k_order = int(np.argmax(anytime(order, table, 23) >= best - 1e-9)) + 1
+    k_online = int(np.argmax(anytime(online, table, 23) >= best - 1e-9)) + 1
+    assert k_online < k_order, (k_online, k_order)
+
+
+def test_tpe_finds_the_big_win_sooner_than_random_on_average():
+    table = Table("toy", SPACE, np.array([runtime(c) for c in SPACE]), np.arange(len(SPACE)),
+                  0, None)
+    first = {}
+    for name, make in (("random", lambda s: RandomSearch(SPACE, s)),
+                       ("tpe", lambda s: TpeSearch(SPACE, CHOICES, s))):
+        first[name] = np.mean([np.argmax(anytime(make(s), table, 23) >= 3.0) for s in range(20)])
+    assert first["tpe"] <= first["random"] + 1, first
+
+
+def test_anytime_counts_only_new_executables():
+    configs = [(0, 0, 0), (1, 0, 0), (0, 1, 0), (0, 0, 1)]
+    table = Table("dup", configs, np.array([4.0, 4.0, 2.0, 1.0]), np.array([0, 0, 1, 2]), 0,
+                  None)
+    curve = anytime(ModelOrder(configs, [0.0, 1.0, 2.0, 3.0]), table, 3)
+    # (1,0,0) compiles to the default's executable: free, so K=1 is (0,1,0), K=2 (0,0,1)
+    assert curve.tolist() == [2.0, 4.0, 4.0]
+
+
+def test_cover_order_is_the_default_every_single_then_every_pair():
+    configs = cover_option_configs(300, np.random.default_rng(0))
+    moves = sum(len(k.choices) - 1 for k in OPTION_KNOBS)
+    pairs = sum(a * b for a, b in itertools.combinations(
+        [len(k.choices) - 1 for k in OPTION_KNOBS], 2))
+    changed = [sum(v != 0 for v in c) for c in configs]
+    assert configs[0] == (0,) * len(OPTION_KNOBS) and len(set(configs)) == 300
+    assert changed[1:1 + moves] == [1] * moves
+    assert changed[1 + moves:1 + moves + pairs] == [2] * pairs
+    assert cover_option_configs(300, np.random.default_rng(0)) == configs  # seeded
+
+
+def test_decode_reads_back_every_option_config():
+    configs = cover_option_configs(150, np.random.default_rng(1))
+    features = np.stack([option_features(c) for c in configs])
+    assert decode_options(features, Path("t.npz")) == configs
+
+
+@pytest.fixture(scope="module")
+def table(tmp_path_factory) -> Path:
+    """Four families of the bundled options collection, as a small table."""
+    root = tmp_path_factory.mktemp("table") / "npz" / "options" / "cpu"
+    for f in sorted(SAMPLE.rglob("*.npz")):
+        if f.stem.split(".")[0] in ("mlp", "rnn", "embedding", "normalization"):
+            dest = root / f.parent.name / f.name
+            dest.parent.mkdir(parents=True, exist_ok=True)
+            shutil.copy(f, dest)
+    return root
+
+
+def test_bench_search_runs_every_strategy_on_a_table(table, tmp_path):
+    out = tmp_path / "bench.json"
+    r = CliRunner().invoke(main, ["bench", "search", str(table), "--data", str(table),
+                                  "--out", str(tmp_path / "folds"), "--seeds", "0",
+                                  "--folds", "2", "--draws", "3", "--budget", "30", "--epochs", "1",
+                                  "--headroom", "1.0", "--json", str(out),
+                                  "--plot", str(tmp_path / "curves.png")])
+    assert r.exit_code == 0, r.output
+    result = json.loads(out.read_text())
+    assert result["strategies"] == ["random", "coordinate", "tpe", "model", "model-online"]
+    assert len(result["programs"]) == 16 and (tmp_path / "curves.png").stat().st_size > 0
+    for p in result["programs"]:
+        t = read_table(next(table.rglob(p["name"] + ".npz")))
+        executables = len(set(t.executable.tolist()))
+        for name, curve in p["curves"].items():
+            assert len(curve) == 30 and np.all(np.diff(curve) >= -1e-12), name
+            assert curve[-1] <= p["optimum"] + 1e-9
+            if executables <= 30:  # every strategy timed the whole table
+                assert curve[-1] == pytest.approx(p["optimum"]), (p["name"], name)
+    assert "over random" in r.output and " 10 model" in r.output
+
+
+def test_bench_search_refuses_a_layout_collection(tmp_path):
+    layout = SAMPLE.parents[1] / "layout" / "cpu" / "random"
+    r = CliRunner().invoke(main, ["bench", "search", str(layout), "--out", str(tmp_path)])
+    assert r.exit_code == 2 and "not an options collection" in r.output, r.output
+
+
+def test_prepare_with_cover_compiles_the_single_knob_changes_first():
+    import jax.numpy as jnp
+
+    from graphcost.xla.prepare import prepare
+
+    def fn(x, w):
+        return jnp.tanh(x @ w).sum()
+
+    prep = prepare("cover", fn, (np.ones((16, 16), np.float32), np.ones((16, 16), np.float32)),
+                   "options", distinct=4, cover=True)
+    configs = decode_options(np.stack(prep.features), Path("cover"))
+    assert configs[0] == (0,) * len(OPTION_KNOBS)
+    assert all(sum(v != 0 for v in c) == 1 for c in configs[1:]), configs
