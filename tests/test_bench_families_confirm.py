@@ -216,7 +216,7 @@ def test_a_rerun_reuses_the_confirmed_rows_and_another_spec_times_again(options_
     args = [*TINY_RANKER, "--samples", "8", "--evaluations", "12"]
     again = bench(first["data"], out, *args, "--json", tmp_path / "again.json")
     assert again.exit_code == 0, again.output
-    assert again.output.count("reusing") == 2 and "training" not in again.output
+    assert again.output.count("reusing") == 2 and "leave-family-out folds" not in again.output
     assert progress_lines(again.output) == []  # nothing timed again
     assert (log.read_bytes(), log.stat().st_mtime_ns) == before
     reused = json.loads((tmp_path / "again.json").read_text())
@@ -261,7 +261,7 @@ def rerun(data, out, json_path, *args, **kw) -> dict:
     and every program is timed again, in order. The result, with the command's output."""
     r = bench(data, out, *args, "--json", json_path, **kw)
     assert r.exit_code == 0, r.output
-    assert r.output.count("reusing") == 2 and "training" not in r.output
+    assert r.output.count("reusing") == 2 and "leave-family-out folds" not in r.output
     lines = progress_lines(r.output)
     assert [ln.split()[0] for ln in lines] == \
         [f"[{i}/{len(PROGRAMS)}]" for i in range(1, len(PROGRAMS) + 1)], r.output

@@ -80,10 +80,11 @@ def fit(model: Model, train_graphs: Sequence[Graph], valid_graphs: Sequence[Grap
     main phase (None when it ran all its epochs).
 
     Leaves the best weights in `model`: by validation score (or pooled OPA), or by train
-    loss when there is nothing to validate on, which is said on stderr up front and
-    recorded (`best_by` in `run.json` and in each `metrics.jsonl` row). `best_by` names
-    the `metrics.jsonl` figure the best epoch was chosen by and `best_value` is its value
-    then; `best_score` is the validation figure (NaN without validation), never a loss.
+    loss when there is nothing to validate on, which is said on stderr up front (for a
+    run with a folder) and recorded (`best_by` in `run.json` and in each `metrics.jsonl`
+    row). `best_by` names the `metrics.jsonl` figure the best epoch was chosen by and
+    `best_value` is its value then; `best_score` is the validation figure (NaN without
+    validation), never a loss.
     `before_head` holds the validation metrics of the best weights before a head-only
     phase (None without one).
 
@@ -126,7 +127,9 @@ def fit(model: Model, train_graphs: Sequence[Graph], valid_graphs: Sequence[Grap
     valid_pool = validation_items(model, valid_graphs or [], s)
     valid = valid_pool
     best_by, unvalidated = selection(valid_graphs, bool(valid_pool), s)
-    if unvalidated and ctx.is_main:  # said before training, not only in its last line
+    # said before training, not only in its last line; a fit with no run folder (a cost
+    # model updated on one program's measurements) has no validation by design
+    if unvalidated and ctx.is_main and out is not None:
         print(f"warning: {unvalidated}: the best epoch is chosen by training loss, and "
               "early stopping follows it", file=sys.stderr, flush=True)
     if out is not None and record is not None:
