@@ -14,6 +14,7 @@ from click.testing import CliRunner
 
 from graphcost.autotune.strategy import (
     CoordinateSearch,
+    ModelCoordinate,
     ModelOnline,
     ModelOrder,
     RandomSearch,
@@ -38,10 +39,10 @@ def strategies(seed: int = 0, scores=None):
     scores = np.array([runtime(c) for c in SPACE]) if scores is None else scores
     return [RandomSearch(SPACE, seed), CoordinateSearch(SPACE, CHOICES, seed),
             TpeSearch(SPACE, CHOICES, seed), ModelOrder(SPACE, scores, seed),
-            ModelOnline(SPACE, scores, CHOICES, seed)]
+            ModelOnline(SPACE, scores, CHOICES, seed), ModelCoordinate(SPACE, scores, seed)]
 
 
-@pytest.mark.parametrize("index", range(5))
+@pytest.mark.parametrize("index", range(6))
 def test_every_strategy_asks_each_candidate_once_then_nothing(index):
     s = strategies()[index]
     s.tell((0, 0, 0), runtime((0, 0, 0)))
@@ -73,6 +74,19 @@ def test_model_online_recovers_from_a_model_that_ranks_backwards():
     k_order = int(np.argmax(anytime(order, table, 23) >= best - 1e-9)) + 1
     k_online = int(np.argmax(anytime(online, table, 23) >= best - 1e-9)) + 1
     assert k_online < k_order, (k_online, k_order)
+
+
+def test_model_coordinate_starts_at_the_models_pick_then_moves_one_knob():
+    scores = np.array([runtime(c) for c in SPACE])
+    scores[SPACE.index((2, 1, 0))] = 0.0  # the model's (wrong) favourite
+    s = ModelCoordinate(SPACE, scores)
+    s.tell((0, 0, 0), runtime((0, 0, 0)))
+    assert s.ask() == (2, 1, 0)
+    s.tell((2, 1, 0), runtime((2, 1, 0)))
+    best = s.best
+    c = s.ask()
+    assert sum(a != b for a, b in zip(c, best, strict=True)) == 1
+    assert c == (0, 0, 3)  # the best scored single change of the default (best so far)
 
 
 def test_tpe_finds_the_big_win_sooner_than_random_on_average():
@@ -133,7 +147,8 @@ def test_bench_search_runs_every_strategy_on_a_table(table, tmp_path):
                                   "--plot", str(tmp_path / "curves.png")])
     assert r.exit_code == 0, r.output
     result = json.loads(out.read_text())
-    assert result["strategies"] == ["random", "coordinate", "tpe", "model", "model-online"]
+    assert result["strategies"] == ["random", "coordinate", "tpe", "model", "model-online",
+                                    "model-coordinate"]
     assert len(result["programs"]) == 16 and (tmp_path / "curves.png").stat().st_size > 0
     for p in result["programs"]:
         t = read_table(next(table.rglob(p["name"] + ".npz")))

@@ -17,6 +17,9 @@ proposal is always something the measurer can time.
   measurements (ridge regression of the residual on one-hot knob values), the best
   unmeasured candidate by the corrected score next: the model is the prior, the
   measurements move it.
+- `ModelCoordinate`: the model's best candidate first, then coordinate moves from the
+  best config measured so far, the one the model scores best first: the model picks
+  the start and orders the neighbours, the measurements pick the path.
 """
 
 from __future__ import annotations
@@ -207,3 +210,28 @@ class ModelOnline(_Base):
             if self.candidates[i] not in self.told:
                 return self.candidates[i]
         return None
+
+
+class ModelCoordinate(_Base):
+    """The model's best candidate, then every one-knob change of the best measured config,
+    best scored first; when none is left, the model's order."""
+
+    name = "model-coordinate"
+
+    def __init__(self, candidates: Sequence[OptionsConfig], scores: Sequence[float],
+                 seed: int = 0):
+        super().__init__(candidates, seed)
+        self.score = dict(zip(self.candidates, np.asarray(scores, dtype=np.float64),
+                              strict=True))
+        self.fallback = ModelOrder(candidates, scores, seed)
+
+    def ask(self) -> OptionsConfig | None:
+        self.fallback.told = self.told
+        if len(self.told) <= 1:  # only the default: the model's first pick
+            return self.fallback.ask()
+        best = self.best
+        moves = [c for c in self.score if c not in self.told
+                 and sum(a != b for a, b in zip(c, best, strict=True)) == 1]
+        if moves:
+            return min(moves, key=lambda c: (self.score[c], c))
+        return self.fallback.ask()

@@ -31,6 +31,7 @@ import numpy as np
 
 from graphcost.autotune.strategy import (
     CoordinateSearch,
+    ModelCoordinate,
     ModelOnline,
     ModelOrder,
     RandomSearch,
@@ -49,7 +50,7 @@ from graphcost.stats import geomean_ci, t_interval
 from graphcost.train.settings import TrainSettings
 from graphcost.xla.configs import OPTION_KNOBS
 
-STRATEGIES = ("random", "coordinate", "tpe", "model", "model-online")
+STRATEGIES = ("random", "coordinate", "tpe", "model", "model-online", "model-coordinate")
 BUDGETS = (1, 2, 3, 5, 10, 20, 50)
 
 
@@ -143,6 +144,8 @@ def make_strategy(name: str, table: Table, seed: int,
         return ModelOrder(table.configs, scores, seed)
     if name == "model-online":
         return ModelOnline(table.configs, scores, choices, seed)
+    if name == "model-coordinate":
+        return ModelCoordinate(table.configs, scores, seed)
     raise UserError(f"unknown strategy {name!r}; expected one of {', '.join(STRATEGIES)}")
 
 
@@ -244,12 +247,12 @@ def format_search(result: SearchBenchResult) -> str:
     lines = [f"{result.table}: {len(result.programs)} programs, {len(rows)} with ≥ "
              f"{result.headroom:.2f}x headroom (table optimum {_ci(optimum)}x); model seeds "
              f"{result.seeds}, {result.draws} draws of each model-free strategy",
-             f"{'K':>3} {'strategy':13} {'speed-up [95% CI]':>24} {'share of optimum':>24} "
+             f"{'K':>3} {'strategy':16} {'speed-up [95% CI]':>24} {'share of optimum':>24} "
              f"{'over random':>24}"]
     for k in result.budgets:
         for s in result.strategies:
             f = result.summary["by_strategy"][s][str(k)]
-            lines.append(f"{k:>3} {s:13} {_ci(f['speedup']):>24} "
+            lines.append(f"{k:>3} {s:16} {_ci(f['speedup']):>24} "
                          f"{_ci(f['share_of_optimum']):>24} {_ci(f['over_random']):>24}")
     return "\n".join(lines)
 
