@@ -1,4 +1,7 @@
+import errno
 import os
+from collections.abc import Callable
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -80,3 +83,49 @@ def tiny_model():
     m = Model("ranker", "layout", hidden=16, opcode_dim=8, layers=1, ref_configs=8)
     fit(m, graphs, settings=TrainSettings(epochs=2, configs_per_graph=6, progress=False))
     return m
+
+
+def refused(result, *needles, code: int = 2) -> None:
+    """A command that ended by click's own exit with status `code` (2, a user error; 1, an
+    environment fault such as a full disk), no traceback, and an `Error:` message naming
+    every needle."""
+    assert result.exit_code == code, result.output
+    assert isinstance(result.exception, SystemExit), result.exception  # nothing escaped
+    assert "Error:" in result.output and "Traceback" not in result.output, result.output
+    for needle in needles:
+        assert str(needle) in result.output, (needle, result.output)
+
+
+def full_disk(monkeypatch, full: Callable[[Path], bool], code: int = errno.ENOSPC) -> None:
+    """Every file opened by fd whose real path satisfies `full` takes half of its first
+    write, then fails as a full disk (or quota, `code`) does; every other file is written
+    as usual."""
+    real = os.fdopen
+
+    class Full:
+        def __init__(self, f):
+            self.f = f
+
+        def write(self, data):
+            self.f.write(data[:len(data) // 2])
+            raise OSError(code, os.strerror(code))
+
+        def __getattr__(self, attr):
+            return getattr(self.f, attr)
+
+        def __enter__(self):
+            return self
+
+        def __exit__(self, *exc):
+            self.f.close()
+
+    def fdopen(fd, *args, **kwargs):
+        f = real(fd, *args, **kwargs)
+        return Full(f) if full(Path(os.readlink(f"/proc/self/fd/{fd}"))) else f
+
+    monkeypatch.setattr(os, "fdopen", fdopen)
+
+
+def part_of(name: str) -> Callable[[Path], bool]:
+    """The temporary file `atomic_open` writes `name` through."""
+    return lambda path: path.name.startswith(f".{name}.")

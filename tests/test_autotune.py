@@ -108,7 +108,7 @@ def test_autotune_end_to_end_report_is_consistent(tiny_model, tmp_path):
     r = graphcost.autotune(fn, args, model=tiny_model, name=name, k=k, samples=64,
                            evaluations=256, round_size=64,
                            protocol=Protocol(warmup=1, runs=5, max_run_s=30),
-                           seed=0)
+                           seed=0, compare_random=True)
     m = r.measured
     assert m[0].arms[0] == "default" and m[0].config["layouts"] == []
     assert len(r.arm("model")) == k and len(r.arm("random")) == k
@@ -176,7 +176,10 @@ def test_autotune_learning_while_measuring_spends_k_in_batches(tiny_model):
     model = r.arm("model")
     assert len(model) == k and len({json.dumps(x.config, sort_keys=True) for x in m}) == len(m)
     assert [sum(x.batch == b for x in model) for b in (0, 1)] == batch_sizes(k, 2)
-    assert all(x.batch == 0 for x in r.arm("random")) and m[0].arms[0] == "default"
+    # no random arm unless asked: every measurement went to tuning
+    assert not r.arm("random") and m[0].arms[0] == "default" and len(m) <= k + 1
+    assert r.random_best == -1 and math.isnan(r.speedup_vs_random)
+    assert "no random arm measured" in graphcost.autotune.format_result(r)
     clear = [x.runtime_ns for x in m if x.ok and "model" in x.arms
              and clearly_faster(m[0].rounds_ns, x.rounds_ns)]
     assert m[r.chosen].runtime_ns == min(clear, default=m[0].runtime_ns)
@@ -194,7 +197,9 @@ def test_cli_autotune_apply_and_bench(tiny_model, tmp_path):
                                     *small])
     assert res.exit_code == 0, res.output
     assert "vs default" in res.output and "apply(fn, args" in res.output
+    assert "no random arm measured" in res.output
     report = json.loads((tmp_path / "r.json").read_text())
+    assert all("random" not in m["arms"] for m in report["measured"])
     assert json.loads(cfg.read_text()) == report["config"]
     res = CliRunner().invoke(main, ["apply", str(cfg), "mlp.006"])
     assert res.exit_code == 0, res.output

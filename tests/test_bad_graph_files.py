@@ -21,7 +21,7 @@ import numpy as np
 import pytest
 import torch
 from click.testing import CliRunner
-from conftest import raw_arrays
+from conftest import raw_arrays, refused
 
 from graphcost.cli import main
 from graphcost.data.synthetic import write_collection
@@ -54,15 +54,6 @@ def _coll(work: Path) -> Path:
 
 def run(*args) -> object:
     return CliRunner().invoke(main, [str(a) for a in args])
-
-
-def refused(result, *needles: str) -> None:
-    """Exit 2 by click's own exit, one `Error:` message naming every needle."""
-    assert result.exit_code == 2, result.output
-    assert isinstance(result.exception, SystemExit), result.exception
-    assert "Error:" in result.output and "Traceback" not in result.output
-    for needle in needles:
-        assert needle in result.output, (needle, result.output)
 
 
 def _copy_collection(work: Path, dest: Path) -> Path:

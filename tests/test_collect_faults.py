@@ -23,6 +23,8 @@ from click.testing import CliRunner
 
 pytest.importorskip("jax")
 
+from conftest import refused
+
 from graphcost.cli import main  # noqa: E402
 
 HERE = Path(__file__).parent
@@ -32,15 +34,6 @@ SMALL = ["--kinds", "options", "--configs", "2", "--runs", "3", "--warmup", "1",
 
 def run(*args) -> object:
     return CliRunner().invoke(main, [str(a) for a in args])
-
-
-def refused(result, *needles: str) -> None:
-    """Exit 2 by click's own exit, `Error:` naming every needle, no traceback."""
-    assert result.exit_code == 2, result.output
-    assert isinstance(result.exception, SystemExit), result.exception  # nothing escaped
-    assert "Error:" in result.output and "Traceback" not in result.output, result.output
-    for needle in needles:
-        assert needle in result.output, (needle, result.output)
 
 
 # ------------------------------------------------------------------ program sources

@@ -9,7 +9,7 @@ import numpy as np
 import pytest
 import torch
 from click.testing import CliRunner
-from conftest import raw_arrays
+from conftest import raw_arrays, refused
 
 from graphcost.cli import main
 from graphcost.data.inspect import sample_root
@@ -24,15 +24,6 @@ FAMILIES = {"mlp": 3, "cnn": 2, "rnn": 2, "attn": 2}
 
 def run(*args: object):
     return CliRunner().invoke(main, [str(a) for a in args])
-
-
-def refused(result, *needles: str) -> None:
-    """Exit 2 by click's own exit, the message says `Error:` and names every needle."""
-    assert result.exit_code == 2, result.output
-    assert isinstance(result.exception, SystemExit), result.exception
-    assert "Error:" in result.output and "Traceback" not in result.output
-    for needle in needles:
-        assert needle in result.output, (needle, result.output)
 
 
 def tile_families(root: Path, source: str = "synth", families=FAMILIES, drop: int = 0) -> Path:

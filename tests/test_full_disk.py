@@ -11,6 +11,7 @@ from pathlib import Path
 
 import pytest
 from click.testing import CliRunner
+from conftest import full_disk, part_of, refused
 
 from graphcost.cli import main
 
@@ -21,44 +22,6 @@ FULL = os.strerror(errno.ENOSPC)
 
 def run(*args):
     return CliRunner().invoke(main, [str(a) for a in args])
-
-
-def failed(result, code: int, *needles) -> None:
-    """Exit `code` by click's own exit, one `Error:` message naming every needle."""
-    assert result.exit_code == code, result.output
-    assert isinstance(result.exception, SystemExit), result.exception
-    assert "Error:" in result.output and "Traceback" not in result.output
-    for needle in needles:
-        assert str(needle) in result.output, (needle, result.output)
-
-
-def full_disk(monkeypatch, full: callable) -> None:
-    """Every file opened by fd whose real path satisfies `full` takes half of its first
-    write, then fails as a full disk does."""
-    real = os.fdopen
-
-    class Full:
-        def __init__(self, f):
-            self.f = f
-
-        def write(self, data):
-            self.f.write(data[:len(data) // 2])
-            raise OSError(errno.ENOSPC, FULL)
-
-        def __getattr__(self, attr):
-            return getattr(self.f, attr)
-
-        def __enter__(self):
-            return self
-
-        def __exit__(self, *exc):
-            self.f.close()
-
-    def fdopen(fd, *args, **kwargs):
-        f = real(fd, *args, **kwargs)
-        return Full(f) if full(Path(os.readlink(f"/proc/self/fd/{fd}"))) else f
-
-    monkeypatch.setattr(os, "fdopen", fdopen)
 
 
 @pytest.fixture(scope="module")
@@ -78,7 +41,7 @@ def test_a_full_read_cache_stops_every_reader_and_calls_no_file_corrupt(
                  ["evaluate", model, DEFAULT],
                  ["validate", DEFAULT]):
         r = run(*args)
-        failed(r, 1, "read cache", "GRAPHCOST_CACHE", "full", ".npz")
+        refused(r, "read cache", "GRAPHCOST_CACHE", "full", ".npz", code=1)
         assert "corrupt" not in r.output and "skipp" not in r.output, r.output
     assert not (tmp_path / "run" / "model.pt").exists()
     assert not list(cache.rglob("*.npy")) and not list(cache.rglob("*.part"))
@@ -89,24 +52,24 @@ def test_a_read_cache_that_is_a_file_is_named_not_the_graph_files(tmp_path, monk
     blocker.write_text("")
     monkeypatch.setenv("GRAPHCOST_CACHE", str(blocker))
     r = run("validate", DEFAULT)
-    failed(r, 2, "GRAPHCOST_CACHE", str(blocker), "writable folder")
+    refused(r, "GRAPHCOST_CACHE", str(blocker), "writable folder")
     assert "corrupt" not in r.output and "valid" not in r.output.split("Error:")[0]
 
 
 def test_a_full_disk_while_saving_last_pt_is_one_line_and_exit_1(tmp_path, monkeypatch):
     out = tmp_path / "run"
-    full_disk(monkeypatch, lambda p: p.name.startswith(".last.pt."))
-    failed(run("train", DEFAULT, "--out", out, "--epochs", "1", "--set", "hidden=8",
-               "--set", "progress=false", "--set", "configs_per_graph=4"),
-           1, out / "last.pt", FULL, "nothing was written")
+    full_disk(monkeypatch, part_of("last.pt"))
+    refused(run("train", DEFAULT, "--out", out, "--epochs", "1", "--set", "hidden=8",
+                "--set", "progress=false", "--set", "configs_per_graph=4"),
+            out / "last.pt", FULL, "nothing was written", code=1)
     assert not (out / "last.pt").exists() and not list(out.glob(".*.part"))
 
 
 def test_a_report_on_a_full_disk_leaves_no_page_and_no_empty_file(tmp_path, monkeypatch,
                                                                   model):
-    full_disk(monkeypatch, lambda p: p.name.startswith(".index.html."))
+    full_disk(monkeypatch, part_of("index.html"))
     out = tmp_path / "report"
-    failed(run("report", model.parent, "--out", out), 1, out / "index.html", FULL)
+    refused(run("report", model.parent, "--out", out), out / "index.html", FULL, code=1)
     assert not (out / "index.html").exists() and not list(out.glob(".*.part"))
     assert all(f.stat().st_size > 0 for f in out.iterdir())
 
@@ -117,7 +80,7 @@ def test_autotune_refuses_an_unwritable_out_before_measuring(tmp_path, model):
     for flag in ("--out", "--report"):
         r = run("autotune", "mlp.000", "--model", model, flag, blocker / "chosen.json",
                 "--no-pin")
-        failed(r, 2, blocker / "chosen.json", "is a file")
+        refused(r, blocker / "chosen.json", "is a file")
         assert "measur" not in r.output.split("Error:")[0], r.output
 
 

@@ -11,6 +11,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 from click.testing import CliRunner
+from conftest import refused
 
 from graphcost.bench.replica import (
     Published,
@@ -32,15 +33,6 @@ Usage = namedtuple("Usage", "total used free")
 
 def run(*args) -> object:
     return CliRunner().invoke(main, [str(a) for a in args])
-
-
-def refused(result, *needles: str) -> None:
-    """Exit 2 by click's own exit, one `Error:` message naming every needle."""
-    assert result.exit_code == 2, result.output
-    assert isinstance(result.exception, SystemExit), result.exception
-    assert "Error:" in result.output and "Traceback" not in result.output
-    for needle in needles:
-        assert needle in result.output, (needle, result.output)
 
 
 @pytest.fixture

@@ -14,6 +14,7 @@ from pathlib import Path
 import pytest
 import torch
 from click.testing import CliRunner
+from conftest import refused
 
 from graphcost.cli import main
 from graphcost.data.synthetic import write_collection
@@ -49,15 +50,6 @@ def layout(work: Path) -> Path:
 
 def run(*args):
     return CliRunner().invoke(main, [str(a) for a in args])
-
-
-def refused(result, *needles) -> None:
-    """Exit 2 by click's own exit, the message says `Error:` and names every needle."""
-    assert result.exit_code == 2, result.output
-    assert isinstance(result.exception, SystemExit), result.exception  # no escaped exception
-    assert "Error:" in result.output and "Traceback" not in result.output
-    for needle in needles:
-        assert str(needle) in result.output, (needle, result.output)
 
 
 # ------------------------------------------------------------- 2: no validation split

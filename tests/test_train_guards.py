@@ -15,6 +15,7 @@ from pathlib import Path
 import pytest
 import torch
 from click.testing import CliRunner
+from conftest import full_disk, part_of, refused
 
 from graphcost.cli import main
 from graphcost.data.synthetic import write_collection
@@ -44,16 +45,6 @@ def coll(root: Path, source: str = "xla") -> Path:
 
 def run(*args):
     return CliRunner().invoke(main, [str(a) for a in args])
-
-
-def refused(result, *needles, code: int = 2) -> None:
-    """Exit `code` (2, a user error; 1, a full disk) by click's own exit, the message says
-    `Error:` and names every needle."""
-    assert result.exit_code == code, result.output
-    assert isinstance(result.exception, SystemExit), result.exception  # no escaped exception
-    assert "Error:" in result.output and "Traceback" not in result.output
-    for needle in needles:
-        assert str(needle) in result.output, (needle, result.output)
 
 
 def killed_run(work: Path, out: Path, *extra) -> Path:
@@ -276,43 +267,13 @@ def test_cuda_without_cuda_is_refused_by_every_command_that_takes_a_device(
 # ------------------------------------------------------------------ 12: a full disk
 
 
-def full_disk(monkeypatch, name: str, code: int = errno.ENOSPC) -> None:
-    """Writes to the temporary file of `name` (atomic_open's) land half, then fail as a
-    full disk does; every other file is written as usual."""
-    real = os.fdopen
-
-    class Full:
-        def __init__(self, f):
-            self.f = f
-
-        def write(self, data):
-            self.f.write(data[:len(data) // 2])
-            raise OSError(code, os.strerror(code))
-
-        def __getattr__(self, attr):
-            return getattr(self.f, attr)
-
-        def __enter__(self):
-            return self
-
-        def __exit__(self, *exc):
-            self.f.close()
-
-    def fdopen(fd, *args, **kwargs):
-        f = real(fd, *args, **kwargs)
-        target = os.path.basename(os.readlink(f"/proc/self/fd/{fd}"))
-        return Full(f) if target.startswith(f".{name}.") else f
-
-    monkeypatch.setattr(os, "fdopen", fdopen)
-
-
 def no_parts(folder: Path) -> bool:
     return not list(folder.rglob("*.part"))
 
 
 def test_a_full_disk_in_train_names_the_file_and_the_run_resumes(work, tmp_path, monkeypatch):
     out = tmp_path / "run"
-    full_disk(monkeypatch, "model.pt")
+    full_disk(monkeypatch, part_of("model.pt"))
     refused(run("train", coll(work), "--out", out, "--epochs", "1", *TINY),
             out / "model.pt", os.strerror(errno.ENOSPC), "nothing was written", code=1)
     assert not (out / "model.pt").exists() and no_parts(out)
@@ -321,7 +282,7 @@ def test_a_full_disk_in_train_names_the_file_and_the_run_resumes(work, tmp_path,
     assert r.exit_code == 0, r.output
     assert load_checkpoint(out / "model.pt")["name"] == "mlp"
 
-    full_disk(monkeypatch, "metrics.jsonl", errno.EDQUOT)
+    full_disk(monkeypatch, part_of("metrics.jsonl"), errno.EDQUOT)
     lines = (out / "metrics.jsonl").read_text()
     refused(run("train", coll(work), "--out", out, "--epochs", "2", *TINY, "--resume"),
             out / "metrics.jsonl", os.strerror(errno.EDQUOT), "left as it was", code=1)
@@ -330,12 +291,12 @@ def test_a_full_disk_in_train_names_the_file_and_the_run_resumes(work, tmp_path,
 
 def test_a_full_disk_in_submit_and_evaluate_json_names_the_file(work, tmp_path, monkeypatch):
     model = work / "run" / "model.pt"
-    full_disk(monkeypatch, "sub.csv")
+    full_disk(monkeypatch, part_of("sub.csv"))
     refused(run("submit", work / "data", "-m", f"tile:xla={model}", "--out",
                 tmp_path / "sub.csv"), tmp_path / "sub.csv", os.strerror(errno.ENOSPC), code=1)
     assert not (tmp_path / "sub.csv").exists() and no_parts(tmp_path)
 
-    full_disk(monkeypatch, "report.json")
+    full_disk(monkeypatch, part_of("report.json"))
     (tmp_path / "report.json").write_text("the last report\n")
     refused(run("evaluate", model, coll(work), "--json", tmp_path / "report.json"),
             tmp_path / "report.json", os.strerror(errno.ENOSPC), "left as it was", code=1)
@@ -358,6 +319,6 @@ def test_a_full_disk_in_convert_names_the_file(tmp_path, monkeypatch):
     assert run("convert", src, tmp_path / "ok").exit_code == 0  # the record converts
     assert list((tmp_path / "ok" / "tile").glob("*.npz"))
     written = next((tmp_path / "ok" / "tile").glob("*.npz")).name
-    full_disk(monkeypatch, written)
+    full_disk(monkeypatch, part_of(written))
     refused(run("convert", src, out), out / "tile" / written, os.strerror(errno.ENOSPC), code=1)
     assert not list(out.rglob("*.npz")) and no_parts(out)

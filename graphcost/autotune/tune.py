@@ -2,7 +2,8 @@
 
     program ─► optimized HLO graph ─► config space (layouts or compiler options)
             ─► the model ranks a fresh sample of configs (graph encoded once)
-            ─► measure the model's top K, K random configs and the default together
+            ─► measure the model's top K and the default together (and, when asked,
+               K random configs: `compare_random`)
             ─► chosen config (JSON) + speed-ups + Kendall τ on what was measured
 
 The model ranks `SAMPLES` configs, as many as a collection measures per program, and
@@ -23,9 +24,11 @@ What is measured and reported (docs/design.md §7 protocol: compile every config
 time in rounds of fresh random order, each config's runtime the protocol's statistic,
 the minimum by default; pinned to `core` when given):
 - selection round: the default, the K best configs by model score, the default excluded
-  (the *model arm*) and K configs drawn at random from the sampled pool, the default
-  excluded (the *random arm*: random search with the same measurement budget). A config
-  in both arms is timed once. Learning while measuring (`batches` > 1, `costmodel`):
+  (the *model arm*) and, only with `compare_random` (the benchmarks and `--compare
+  random`: checking the tuner is an evaluation, not tuning, and would double the user's
+  measurements), K configs drawn at random from the sampled pool, the default excluded
+  (the *random arm*: random search with the same measurement budget). A config in both
+  arms is timed once. Learning while measuring (`batches` > 1, `costmodel`):
   the model arm is measured in batches, the first with the default and the random arm;
   before each later batch the cost model is fine-tuned on the model arm's runtimes and
   the default's (never the random arm's) and the search runs again.
@@ -34,8 +37,8 @@ the minimum by default; pinned to `core` when given):
   a config that only ties the default within the noise risks a slowdown for nothing.
   The random arm gets the same rule: its best = the fastest of the random arm's
   clearly faster configs, else the default.
-- confirmation round: the default, the chosen config and the random arm's best are
-  compiled and timed again, together, in `confirm_rounds` fresh rounds. The reported
+- confirmation round: the default, the chosen config and (with a random arm) the random
+  arm's best are compiled and timed again, together, in `confirm_rounds` fresh rounds. The reported
   speed-ups come from it alone, with 95% intervals over its rounds: the selection round
   picked the winner partly by its luck in that round, so its figures flatter the winner
   (selection figures stay in `selection`, labelled as such).
@@ -109,7 +112,9 @@ class AutotuneResult:
     # 95% intervals (t over the rounds' log ratios)
     default_ns: float
     chosen_ns: float
-    random_best_ns: float  # the random arm's best (the fastest of it and the default)
+    # the random arm's best (the fastest of it and the default); NaN (index −1) when no
+    # random arm was measured (`compare_random`)
+    random_best_ns: float
     speedup_vs_default: float
     speedup_vs_random: float
     speedup_vs_default_ci: tuple[float, float]
@@ -172,16 +177,17 @@ def autotune(fn: Callable, args: Sequence[Any], model: Any, *, name: str | None 
              population: int = 16,
              round_size: int = 256, protocol: Protocol | None = None, seed: int = 0,
              core: int | None = None, compare_cache: bool = True, confirm_rounds: int = 5,
-             batches: int = 1, log: Callable[[str], Any] | None = None) -> AutotuneResult:
+             batches: int = 1, compare_random: bool = False,
+             log: Callable[[str], Any] | None = None) -> AutotuneResult:
     """Autotune `fn(*args)` with `model` (a `Model` or a saved model's path).
 
     The model ranks `samples` sampled configs (default `SAMPLES`) and, when
     `evaluations` > `samples`, searches on up to that many model scores; it then
-    measures the model's top `k`, `k` random configs and the default (pinned to `core`
-    if given; the protocol wants a pinned core). With `batches` > 1 the model's `k` are
-    measured in that many batches, the cost model fine-tuned on what was measured before
-    each later batch searches again. See the module docstring for exactly what
-    the figures mean.
+    measures the model's top `k` and the default, and `k` random configs beside them only
+    with `compare_random` (pinned to `core` if given; the protocol wants a pinned core).
+    With `batches` > 1 the model's `k` are measured in that many batches, the cost model
+    fine-tuned on what was measured before each later batch searches again. See the
+    module docstring for exactly what the figures mean.
     """
     if k < 1 or batches < 1:
         raise UserError(f"k and batches must be at least 1, got k={k}, batches={batches}")
@@ -221,18 +227,23 @@ def autotune(fn: Callable, args: Sequence[Any], model: Any, *, name: str | None 
         probe = t.configs.encode(res.configs[:min(len(res.configs), 4 * round_size)])
         scoring.update(scoring_rates(m, t.graph_of(cm.reference), probe, round_size))
 
-    say(f"measuring the default, {k} random configs and the model's best {k}"
-        + (f" in {batches} batches, learning from each" if batches > 1 else ""))
+    say(f"measuring the default{f', {k} random configs' if compare_random else ''} and the "
+        f"model's best {k}" + (f" in {batches} batches, learning from each" if batches > 1
+                               else ""))
     t0 = time.perf_counter()
-    arms = Arms(t, cm, res, initial, _random_arm(t, res, initial, k, rng), protocol, core,
+    random_arm = _random_arm(t, res, initial, k, rng) if compare_random else []
+    arms = Arms(t, cm, res, initial, random_arm, protocol, core,
                 lambda known: search(t.configs, cm.scorer(), known, rng, **search_kw))
     learn_while_measuring(cm, arms.propose, arms.measure, k, batches,
                           measured=[t.configs.default()])
     measured, configs = arms.measured(), arms.configs()
     secs["measure_s"] = time.perf_counter() - t0
     picks = choose(t, measured)
-    say(f"confirming: default, chosen #{picks['chosen']} and the random arm's best "
-        f"#{picks['random_best']} timed again in {confirm_rounds} fresh rounds")
+    if not compare_random:
+        del picks["random_best"]
+    say(f"confirming: default and chosen #{picks['chosen']}"
+        + (f" and the random arm's best #{picks['random_best']}" if compare_random else "")
+        + f" timed again in {confirm_rounds} fresh rounds")
     t0 = time.perf_counter()
     confirmed = confirm(t, {arm: configs[i] for arm, i in picks.items()},
                         dataclasses.replace(protocol, rounds=confirm_rounds), core)
@@ -392,18 +403,20 @@ def summarize(t: Tunable, measured: list[Measured], k: int, res: SearchResult,
     top1 = next(m for m in measured if m.model_rank == 0 and m.batch == 0)  # first pick
     ok = [m for m in measured if m.ok]
     ns = {arm: float(np.exp(np.mean(np.log(v)))) for arm, v in confirmed.items()}
+    nan = float("nan")
     vs_default = ratio_interval(confirmed["default"], confirmed["chosen"])
-    vs_random = ratio_interval(confirmed["random_best"], confirmed["chosen"])
+    vs_random = (ratio_interval(confirmed["random_best"], confirmed["chosen"])
+                 if "random_best" in confirmed else (nan, nan, nan))
     sel = {arm: measured[i].runtime_ns for arm, i in picks.items()}
     return AutotuneResult(
         program=t.name, kind=t.configs.kind, config=measured[picks["chosen"]].config,
         chosen=picks["chosen"], measured=measured, k=k, default_ns=ns["default"],
-        chosen_ns=ns["chosen"], random_best_ns=ns["random_best"],
+        chosen_ns=ns["chosen"], random_best_ns=ns.get("random_best", nan),
         speedup_vs_default=vs_default[0], speedup_vs_random=vs_random[0],
         speedup_vs_default_ci=vs_default[1:], speedup_vs_random_ci=vs_random[1:],
-        confirm_rounds=len(confirmed["default"]), random_best=picks["random_best"],
+        confirm_rounds=len(confirmed["default"]), random_best=picks.get("random_best", -1),
         selection={"speedup_vs_default": sel["default"] / sel["chosen"],
-                   "speedup_vs_random": sel["random_best"] / sel["chosen"],
+                   "speedup_vs_random": sel.get("random_best", nan) / sel["chosen"],
                    "top1_speedup": (sel["default"] / top1.runtime_ns if top1.ok
                                     else float("nan"))},
         tau=kendall_tau(np.array([m.score for m in ok]), np.array([m.runtime_ns for m in ok])),
@@ -457,10 +470,12 @@ def format_result(r: AutotuneResult) -> str:
             lines.append(f"{head} FAILED {m.status}: {m.error[:60]}")
     lo, hi = r.speedup_vs_default_ci
     rlo, rhi = r.speedup_vs_random_ci
+    against = (f"{r.speedup_vs_random:.3f}x [{rlo:.3f}, {rhi:.3f}] vs the best of {r.k} "
+               f"random (#{r.random_best})" if r.random_best >= 0 else
+               "no random arm measured (compare_random, `--compare random`)")
     lines.append(f"confirmed in {r.confirm_rounds} fresh rounds: chosen #{r.chosen} "
-                 f"{r.speedup_vs_default:.3f}x [{lo:.3f}, {hi:.3f}] vs default, "
-                 f"{r.speedup_vs_random:.3f}x [{rlo:.3f}, {rhi:.3f}] vs the best of {r.k} "
-                 f"random (#{r.random_best}); 95% intervals over the rounds")
+                 f"{r.speedup_vs_default:.3f}x [{lo:.3f}, {hi:.3f}] vs default, {against}; "
+                 "95% intervals over the rounds")
     lines.append(f"selection round (picked the winner, so it flatters it): "
                  f"{r.selection['speedup_vs_default']:.3f}x vs default, model top-1 "
                  f"{r.selection['top1_speedup']:.3f}x; Kendall tau on "

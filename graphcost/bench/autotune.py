@@ -159,7 +159,8 @@ def bench_autotune(programs: Sequence[str], model: Any, model_info: dict[str, An
         try:
             r = autotune(fn, args, model, name=name, k=k, samples=samples,
                          evaluations=evaluations, protocol=protocol, seed=seed, core=core,
-                         confirm_rounds=confirm_rounds, batches=batches)
+                         confirm_rounds=confirm_rounds, batches=batches,
+                         compare_random=True)  # the benchmark is what checks the tuner
         except (ValueError, RuntimeError) as e:  # no configurable point; default failed
             say(f"{name}: skipped ({e})")
             rows.append({"program": name, "skipped": str(e)})

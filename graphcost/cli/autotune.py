@@ -17,10 +17,14 @@ from graphcost.cli.options import autotune_options, pin
               type=click.Path(dir_okay=False), help="Where to write the chosen config.")
 @click.option("--report", "report_path", default=None, type=click.Path(dir_okay=False),
               help="Also write every measurement and figure as JSON.")
+@click.option("--compare", type=click.Choice(["random"]), default=None,
+              help="Also measure K random configs and report the choice against their best "
+                   "(checks the tuner; doubles the measurements).")
 @autotune_options
-def autotune_cmd(spec: str, model_path: str, out: str, report_path: str | None, k: int,
-                 samples: int, evaluations: int, runs: int, warmup: int, core: int | None,
-                 no_pin: bool, seed: int, confirm_rounds: int, batches: int) -> None:
+def autotune_cmd(spec: str, model_path: str, out: str, report_path: str | None,
+                 compare: str | None, k: int, samples: int, evaluations: int, runs: int,
+                 warmup: int, core: int | None, no_pin: bool, seed: int, confirm_rounds: int,
+                 batches: int) -> None:
     """Search a program's configs with a model, measure the best, write the chosen config.
 
     SPEC is MODULE:FUNCTION (FUNCTION returns (callable, example_args)) or a zoo
@@ -39,7 +43,8 @@ def autotune_cmd(spec: str, model_path: str, out: str, report_path: str | None, 
         name, fn, args = load_target(spec)
         result = autotune(fn, args, model_path, name=name, k=k, samples=samples,
                           evaluations=evaluations, protocol=Protocol(warmup, runs), seed=seed,
-                          confirm_rounds=confirm_rounds, batches=batches, log=click.echo)
+                          confirm_rounds=confirm_rounds, batches=batches,
+                          compare_random=compare == "random", log=click.echo)
     except (ImportError, RuntimeError) as e:  # an unimportable module; the default failed
         raise click.ClickException(str(e)) from None
     click.echo(format_result(result))

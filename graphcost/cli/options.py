@@ -92,7 +92,7 @@ def timing_options(preset: Protocol, max_run_s: bool = False) -> Callable:
 def autotune_options(f: Callable) -> Callable:
     """Search and measurement options shared by `autotune` and `bench autotune`."""
     f = click.option("--k", default=5, show_default=True,
-                     help="Measure the model's best K and K random configs (and the default).")(f)
+                     help="Measure the model's best K configs (and the default).")(f)
     f = click.option("--samples", type=click.IntRange(min=1), default=None,
                      help="Configs the model ranks (default: as many as a collection "
                           "measures per program; why: graphcost.autotune.tune).")(f)
