@@ -240,9 +240,9 @@ def bench_knobs_cmd(out_dir: str, families: str | None, per_family: int, runs: i
 
 @bench.command("search")
 @click.argument("table", type=click.Path(exists=True, file_okay=False))
-@click.option("--data", default="graphcost/sample/npz/options/cpu", show_default=True,
-              type=click.Path(exists=True, file_okay=False),
-              help="the collection the fold models train on (leave-family-out)")
+@click.option("--data", default=None, type=click.Path(exists=True, file_okay=False),
+              help="the collection the fold models train on, leave-family-out (default: "
+                   "the bundled options:cpu)")
 @click.option("--out", "out_dir", type=click.Path(file_okay=False), required=True,
               help="fold models (OUT/ranker-<seed>); a rerun reuses them")
 @click.option("--strategies", default="random,coordinate,tpe,model,model-online,model-coordinate",
@@ -260,12 +260,13 @@ def bench_knobs_cmd(out_dir: str, families: str | None, per_family: int, runs: i
 @click.option("--plot", "plot_path", type=click.Path(dir_okay=False), default=None,
               help="also draw the anytime curves (PNG)")
 @json_option
-def bench_search_cmd(table: str, data: str, out_dir: str, strategies: str, seeds: str,
+def bench_search_cmd(table: str, data: str | None, out_dir: str, strategies: str, seeds: str,
                      folds: int, draws: int, budget: int, headroom: float, epochs: int | None,
                      plot_path: str | None, json_path: str | None) -> None:
     """Search strategies on a table of measured option configs: the best speed-up each
     finds for a budget of measurements, against the table's optimum and random search."""
     from graphcost.bench.search import bench_search, format_search, plot_search
+    from graphcost.data.inspect import sample_root
     from graphcost.train.settings import parse_settings
 
     seed_list = int_list(seeds, "--seeds")
@@ -274,6 +275,7 @@ def bench_search_cmd(table: str, data: str, out_dir: str, strategies: str, seeds
     for path in (json_path, plot_path):
         if path:
             check_writable(path)
+    data = data or str(sample_root() / "npz" / "options" / "cpu")
     result = bench_search(table, data, out_dir, comma_list(strategies), seed_list, draws,
                           budget, headroom, folds, settings, log=click.echo)
     click.echo(format_search(result))
