@@ -16,10 +16,11 @@ from click.testing import CliRunner
 
 pytest.importorskip("jax")
 
+from tuning_records import kernel_record  # noqa: E402
+
 from graphcost.autotune.chosen import CONFIG_FORMAT  # noqa: E402
 from graphcost.cli import main  # noqa: E402
 from graphcost.errors import UserError  # noqa: E402
-from graphcost.formats import hlo_proto as pb  # noqa: E402
 
 
 def run(*args) -> object:
@@ -40,24 +41,9 @@ def refused(result, *needles: str) -> None:
 # ------------------------------------------------------------------ convert
 
 
-def _kernel_record(path: Path, runtime: int) -> Path:
-    """A tuning file of one kernel with three timed tile configs."""
-    td = pb.TuningData()
-    rec = td.modules.add()
-    comp = rec.module.computations.add(name="c", id=1, root_id=1)
-    comp.instructions.add(id=1, name="p", opcode="parameter").shape.element_type = 11
-    for k in range(3):
-        r = rec.runs.add(is_default=k == 0)
-        r.op_config.tile_size_config.kernel_bounds.append(k + 1)
-        r.profile.compute_time_ns = runtime + k
-    path.parent.mkdir(parents=True, exist_ok=True)
-    path.write_bytes(td.SerializeToString())
-    return path
-
-
 def test_convert_refuses_to_replace_a_graph_an_earlier_call_wrote(tmp_path):
-    a = _kernel_record(tmp_path / "a" / "rec.pb", 100)
-    b = _kernel_record(tmp_path / "b" / "rec.pb", 900)
+    a = kernel_record(tmp_path / "a" / "rec.pb", 100)
+    b = kernel_record(tmp_path / "b" / "rec.pb", 900)
     out = tmp_path / "out"
     assert run("convert", a, out).exit_code == 0
     (written,) = (out / "tile").glob("*.npz")

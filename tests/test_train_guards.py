@@ -16,10 +16,10 @@ import pytest
 import torch
 from click.testing import CliRunner
 from conftest import full_disk, part_of, refused
+from tuning_records import kernel_record
 
 from graphcost.cli import main
 from graphcost.data.synthetic import write_collection
-from graphcost.formats import hlo_proto as pb
 from graphcost.models.checkpoint import load_checkpoint
 from graphcost.train.run import claim_run_dir
 
@@ -305,16 +305,7 @@ def test_a_full_disk_in_submit_and_evaluate_json_names_the_file(work, tmp_path, 
 
 
 def test_a_full_disk_in_convert_names_the_file(tmp_path, monkeypatch):
-    td = pb.TuningData()  # one kernel record with three timed tile configs
-    rec = td.modules.add()
-    comp = rec.module.computations.add(name="c", id=1, root_id=1)
-    comp.instructions.add(id=1, name="p", opcode="parameter").shape.element_type = 11
-    for k in range(3):
-        r = rec.runs.add(is_default=k == 0)
-        r.op_config.tile_size_config.kernel_bounds.append(k + 1)
-        r.profile.compute_time_ns = 100 + k
-    src = tmp_path / "kernels.pb"
-    src.write_bytes(td.SerializeToString())
+    src = kernel_record(tmp_path / "kernels.pb", 100)  # one kernel, three timed configs
     out = tmp_path / "out"
     assert run("convert", src, tmp_path / "ok").exit_code == 0  # the record converts
     assert list((tmp_path / "ok" / "tile").glob("*.npz"))

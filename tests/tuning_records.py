@@ -10,6 +10,7 @@ Needs JAX (the extra graphcost[xla]); it is imported only when a module is compi
 from __future__ import annotations
 
 from functools import cache
+from pathlib import Path
 
 import numpy as np
 
@@ -112,3 +113,18 @@ def tile_records(seed: int = 0) -> pb.TuningData:
             tiles.output_bounds.extend(rng.integers(1, 9, size=2).tolist())
             run.profile.compute_time_ns = 0 if run.error else int(rng.integers(10_000, 100_000))
     return data
+
+
+def kernel_record(path: Path, runtime: int) -> Path:
+    """A tuning file of one kernel with three timed tile configs."""
+    td = pb.TuningData()
+    rec = td.modules.add()
+    comp = rec.module.computations.add(name="c", id=1, root_id=1)
+    comp.instructions.add(id=1, name="p", opcode="parameter").shape.element_type = 11
+    for k in range(3):
+        r = rec.runs.add(is_default=k == 0)
+        r.op_config.tile_size_config.kernel_bounds.append(k + 1)
+        r.profile.compute_time_ns = runtime + k
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_bytes(td.SerializeToString())
+    return path
