@@ -71,8 +71,8 @@ def test_model_online_recovers_from_a_model_that_ranks_backwards():
     table = Table("toy", SPACE, np.array([runtime(c) for c in SPACE]), np.arange(len(SPACE)),
                   0, None)
     best = 10.0 / (3 * 1.2)
-    k_order = int(np.argmax(anytime(order, table, 23) >= best - 1e-9)) + 1
-    k_online = int(np.argmax(anytime(online, table, 23) >= best - 1e-9)) + 1
+    k_order = int(np.argmax(anytime(order, table, 23)[0] >= best - 1e-9)) + 1
+    k_online = int(np.argmax(anytime(online, table, 23)[0] >= best - 1e-9)) + 1
     assert k_online < k_order, (k_online, k_order)
 
 
@@ -95,7 +95,7 @@ def test_tpe_finds_the_big_win_sooner_than_random_on_average():
     first = {}
     for name, make in (("random", lambda s: RandomSearch(SPACE, s)),
                        ("tpe", lambda s: TpeSearch(SPACE, CHOICES, s))):
-        first[name] = np.mean([np.argmax(anytime(make(s), table, 23) >= 3.0) for s in range(20)])
+        first[name] = np.mean([np.argmax(anytime(make(s), table, 23)[0] >= 3.0) for s in range(20)])
     assert first["tpe"] <= first["random"] + 1, first
 
 
@@ -103,9 +103,10 @@ def test_anytime_counts_only_new_executables():
     configs = [(0, 0, 0), (1, 0, 0), (0, 1, 0), (0, 0, 1)]
     table = Table("dup", configs, np.array([4.0, 4.0, 2.0, 1.0]), np.array([0, 0, 1, 2]), 0,
                   None)
-    curve = anytime(ModelOrder(configs, [0.0, 1.0, 2.0, 3.0]), table, 3)
+    curve, best = anytime(ModelOrder(configs, [0.0, 1.0, 2.0, 3.0]), table, 3)
     # (1,0,0) compiles to the default's executable: free, so K=1 is (0,1,0), K=2 (0,0,1)
     assert curve.tolist() == [2.0, 4.0, 4.0]
+    assert best == [(0, 1, 0), (0, 0, 1), (0, 0, 1)]
 
 
 def test_cover_order_is_the_default_every_single_then_every_pair():
@@ -180,3 +181,20 @@ def test_prepare_with_cover_compiles_the_single_knob_changes_first():
     configs = decode_options(np.stack(prep.features), Path("cover"))
     assert configs[0] == (0,) * len(OPTION_KNOBS)
     assert all(sum(v != 0 for v in c) == 1 for c in configs[1:]), configs
+
+
+def test_confirm_times_each_strategys_choice_again_with_the_default():
+    from graphcost.bench.search import confirm_choices
+    from graphcost.xla.timing import Protocol
+
+    programs = [{"name": "mlp.000", "optimum": 2.0,
+                 "choices": {"random": [0] * 9 + [2], "coordinate": [0] * 9 + [2],
+                             "tpe": [0] * 10}}]
+    said = []
+    c = confirm_choices(programs, ["random", "coordinate", "tpe"], 10, 1.1,
+                        Protocol(warmup=1, runs=3, rounds=3, max_run_s=30), None, said.append)
+    speed = c["programs"][0]["speedup"]
+    assert speed["tpe"] == 1.0  # the default itself, timed once
+    assert speed["random"] == speed["coordinate"]  # one config, timed once for both
+    assert c["over_random"]["coordinate"][0] == pytest.approx(1.0)
+    assert c["rounds"] == 3 and "mlp.000" in said[0]

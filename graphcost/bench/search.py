@@ -49,6 +49,7 @@ from graphcost.models.scorer import ConfigScorer
 from graphcost.stats import geomean_ci, t_interval
 from graphcost.train.settings import TrainSettings
 from graphcost.xla.configs import OPTION_KNOBS
+from graphcost.xla.timing import Protocol
 
 STRATEGIES = ("random", "coordinate", "tpe", "model", "model-online", "model-coordinate")
 BUDGETS = (1, 2, 3, 5, 10, 20, 50)
@@ -105,14 +106,16 @@ def read_table(path: Path) -> Table:
                  np.asarray(executable).reshape(-1), configs.index(default), g)
 
 
-def anytime(strategy: Strategy, table: Table, budget: int) -> np.ndarray:
+def anytime(strategy: Strategy, table: Table, budget: int
+            ) -> tuple[np.ndarray, list[tuple[int, ...]]]:
     """Speed-up over the default of the best config measured after k = 1..budget
-    executables timed (flat once the strategy has nothing left to ask)."""
+    executables timed (flat once the strategy has nothing left to ask), and that config
+    after each k."""
     row = {c: i for i, c in enumerate(table.configs)}
     base = table.runtime[table.default]
     strategy.tell(table.configs[table.default], base)
     timed = {int(table.executable[table.default])}
-    best, curve = base, []
+    best, curve, bests = table.default, [], []
     while len(curve) < budget:
         config = strategy.ask()
         if config is None:
@@ -122,10 +125,12 @@ def anytime(strategy: Strategy, table: Table, budget: int) -> np.ndarray:
         if int(table.executable[i]) in timed:
             continue
         timed.add(int(table.executable[i]))
-        best = min(best, table.runtime[i])
-        curve.append(base / best)
-    last = curve[-1] if curve else 1.0
-    return np.array(curve + [last] * (budget - len(curve)))
+        best = i if table.runtime[i] < table.runtime[best] else best
+        curve.append(base / table.runtime[best])
+        bests.append(table.configs[best])
+    short = budget - len(curve)
+    return (np.array(curve + [curve[-1] if curve else 1.0] * short),
+            bests + [bests[-1] if bests else table.configs[table.default]] * short)
 
 
 def make_strategy(name: str, table: Table, seed: int,
@@ -163,6 +168,8 @@ class SearchBenchResult(BenchResult):
     strategies: list[str]
     programs: list[dict[str, Any]]  # name, family, optimum, curves: strategy -> [K]
     summary: dict[str, dict[str, dict[str, list[float]]]]  # strategy -> K -> figures
+    confirm_k: int = 0  # the budget whose choices were timed again (0: none)
+    confirmed: dict[str, Any] | None = None  # `confirm_choices`
 
 
 def summarize(programs: list[dict[str, Any]], strategies: Sequence[str],
@@ -187,10 +194,13 @@ def summarize(programs: list[dict[str, Any]], strategies: Sequence[str],
 def bench_search(table: str | Path, data: str | Path, out: str | Path,
                  strategies: Sequence[str] = STRATEGIES, seeds: Sequence[int] = (0, 1, 2),
                  draws: int = 10, budget: int = 50, headroom: float = 1.10, folds: int = 5,
-                 settings: TrainSettings | None = None,
+                 settings: TrainSettings | None = None, confirm_k: int = 0,
+                 protocol: Protocol | None = None, core: int | None = None,
                  log: Callable[[str], Any] | None = None) -> SearchBenchResult:
     """Every strategy on every program of `table` (see the module docstring). Fold models
-    are trained on `data` under `out` once and reused by a rerun."""
+    are trained on `data` under `out` once and reused by a rerun. With `confirm_k`, each
+    strategy's choice after that many measurements (its first seed's) is timed again
+    with the default in fresh rounds on every headroom program (`confirm_choices`)."""
     say = log or (lambda _msg: None)
     unknown = [s for s in strategies if s not in STRATEGIES]
     if unknown:
@@ -221,21 +231,57 @@ def bench_search(table: str | Path, data: str | Path, out: str | Path,
             f"executables, optimum {t.optimum:.3f}x")
         scores = [ConfigScorer(m(held_out[family_of(name)]), t.graph).scores() for m in models]
         curves: dict[str, list[float]] = {}
+        choices: dict[str, list[int]] = {}
         for s in strategies:
             model_run = s.startswith("model")
-            logs = [np.log(anytime(make_strategy(s, t, seed, scores[i] if model_run else None),
-                                   t, budget))
+            runs = [anytime(make_strategy(s, t, seed, scores[i] if model_run else None), t,
+                            budget)
                     for i, seed in enumerate(seeds if model_run else range(draws))]
-            curves[s] = np.exp(np.mean(logs, axis=0)).tolist()
+            curves[s] = np.exp(np.mean([np.log(c) for c, _ in runs], axis=0)).tolist()
+            choices[s] = list(runs[0][1][min(confirm_k, budget) - 1])  # first seed's
         programs.append({"name": name, "family": family_of(name), "optimum": t.optimum,
                          "configs": len(t.configs),
-                         "executables": len(set(t.executable.tolist())), "curves": curves})
+                         "executables": len(set(t.executable.tolist())), "curves": curves,
+                         "choices": choices})
+    confirmed = (confirm_choices(programs, strategies, confirm_k, headroom,
+                                 protocol or Protocol(rounds=6), core, say)
+                 if confirm_k else None)
     budgets = [k for k in BUDGETS if k <= budget]
     return SearchBenchResult(table=coll.name, data=str(data), seeds=list(seeds), draws=draws,
                              headroom=headroom, budgets=budgets, strategies=list(strategies),
                              programs=programs,
-                             summary=summarize(programs, strategies, budgets, headroom))
+                             summary=summarize(programs, strategies, budgets, headroom),
+                             confirm_k=confirm_k, confirmed=confirmed)
 
+
+
+def confirm_choices(programs: list[dict[str, Any]], strategies: Sequence[str], k: int,
+                    headroom: float, protocol: Protocol, core: int | None,
+                    say: Callable[[str], Any]) -> dict[str, Any]:
+    """The table chose each strategy's winner by stored timings, partly by their luck:
+    on every program with `headroom` (a zoo program), the default and each strategy's
+    choice after `k` measurements are compiled again and timed together in fresh rounds.
+    Per strategy: the geometric mean confirmed speed-up over the default and the ratio
+    to random search's choice, paired per program, with 95% t intervals."""
+    from graphcost.autotune.program import load_target, prepare
+    from graphcost.autotune.tune import confirm
+
+    rows = []
+    for p in [p for p in programs if p["optimum"] >= headroom]:
+        name, fn, args = load_target(p["name"])
+        t = prepare(name, fn, args, "options")
+        picks = {"default": t.configs.default(),
+                 **{s: tuple(p["choices"][s]) for s in strategies}}
+        rounds = confirm(t, picks, protocol, core)
+        speed = {s: float(np.exp(np.mean(np.log(rounds["default"]) - np.log(rounds[s]))))
+                 for s in strategies}
+        say(f"{name}: confirmed speed-up at K = {k}: "
+            + ", ".join(f"{s} {v:.3f}x" for s, v in speed.items()))
+        rows.append({"name": name, "speedup": speed})
+    return {"k": k, "rounds": protocol.rounds, "programs": rows,
+            "speedup": {s: geomean_ci([r["speedup"][s] for r in rows]) for s in strategies},
+            "over_random": {s: geomean_ci([r["speedup"][s] / r["speedup"]["random"]
+                                           for r in rows]) for s in strategies}}
 
 
 def format_search(result: SearchBenchResult) -> str:
@@ -254,6 +300,13 @@ def format_search(result: SearchBenchResult) -> str:
             f = result.summary["by_strategy"][s][str(k)]
             lines.append(f"{k:>3} {s:16} {_ci(f['speedup']):>24} "
                          f"{_ci(f['share_of_optimum']):>24} {_ci(f['over_random']):>24}")
+    c = result.confirmed
+    if c:
+        lines.append(f"timed again in {c['rounds']} fresh rounds, each strategy's choice after "
+                     f"K = {c['k']} on {len(c['programs'])} programs: speed-up over the "
+                     "default, and over random search's choice")
+        lines += [f"    {s:16} {_ci(c['speedup'][s]):>24} {_ci(c['over_random'][s]):>24}"
+                  for s in result.strategies]
     return "\n".join(lines)
 
 

@@ -259,15 +259,24 @@ def bench_knobs_cmd(out_dir: str, families: str | None, per_family: int, runs: i
 @click.option("--epochs", type=int, default=None, help="training epochs of the fold models")
 @click.option("--plot", "plot_path", type=click.Path(dir_okay=False), default=None,
               help="also draw the anytime curves (PNG)")
+@click.option("--confirm", "confirm_k", type=click.IntRange(min=1), default=None,
+              help="compile the headroom programs again and time each strategy's choice "
+                   "after this many measurements with the default, in fresh rounds")
+@click.option("--confirm-rounds", type=click.IntRange(min=2), default=6, show_default=True)
+@click.option("--core", type=CORE, default=None,
+              help="Pin to this core when confirming (default: the first one allowed).")
 @json_option
 def bench_search_cmd(table: str, data: str | None, out_dir: str, strategies: str, seeds: str,
                      folds: int, draws: int, budget: int, headroom: float, epochs: int | None,
-                     plot_path: str | None, json_path: str | None) -> None:
+                     plot_path: str | None, confirm_k: int | None, confirm_rounds: int,
+                     core: int | None, json_path: str | None) -> None:
     """Search strategies on a table of measured option configs: the best speed-up each
     finds for a budget of measurements, against the table's optimum and random search."""
+    core = pin(core, no_pin=not confirm_k)  # before torch and JAX start their threads
     from graphcost.bench.search import bench_search, format_search, plot_search
     from graphcost.data.inspect import sample_root
     from graphcost.train.settings import parse_settings
+    from graphcost.xla.timing import Protocol
 
     seed_list = int_list(seeds, "--seeds")
     given = {"epochs": epochs} if epochs is not None else {}
@@ -277,7 +286,8 @@ def bench_search_cmd(table: str, data: str | None, out_dir: str, strategies: str
             check_writable(path)
     data = data or str(sample_root() / "npz" / "options" / "cpu")
     result = bench_search(table, data, out_dir, comma_list(strategies), seed_list, draws,
-                          budget, headroom, folds, settings, log=click.echo)
+                          budget, headroom, folds, settings, confirm_k or 0,
+                          Protocol(rounds=confirm_rounds), core, log=click.echo)
     click.echo(format_search(result))
     if plot_path:
         click.echo(f"wrote {plot_search(result, plot_path)}")
