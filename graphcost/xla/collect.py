@@ -98,13 +98,19 @@ def _prepare(task: Task, spec: CollectSpec) -> tuple[Prepared, tuple]:
                    spec.cover), args
 
 
+def _error(e: Exception) -> str:
+    """A failed graph's error as its log line says it: a user error's message speaks for
+    itself; anything else keeps its type, the first word of a bug report."""
+    return str(e) if isinstance(e, UserError) else f"{type(e).__name__}: {e}"
+
+
 def compile_task(task: Task, spec_d: dict[str, Any]) -> bytes | dict[str, Any]:
     """Pipeline stage 1 (a compile worker): the compiled graph as bytes, or a failure."""
     spec = CollectSpec(**spec_d)
     try:
         return _prepare(task, spec)[0].to_bytes()
     except Exception as e:  # a whole-graph failure is data, not a reason to stop
-        return _failure(task, spec, "failed", f"{type(e).__name__}: {e}")
+        return _failure(task, spec, "failed", _error(e))
 
 
 def time_task(task: Task, spec_d: dict[str, Any], compiled: bytes) -> dict[str, Any]:
@@ -118,7 +124,7 @@ def time_task(task: Task, spec_d: dict[str, Any], compiled: bytes) -> dict[str, 
                                       spec.seed)
         return _finish(task, spec, graph, report)
     except Exception as e:
-        return _failure(task, spec, "failed", f"{type(e).__name__}: {e}")
+        return _failure(task, spec, "failed", _error(e))
 
 
 def measure_task(task: Task, spec_d: dict[str, Any]) -> dict[str, Any]:
@@ -130,7 +136,7 @@ def measure_task(task: Task, spec_d: dict[str, Any]) -> dict[str, Any]:
         prep, args = _prepare(task, spec)
         return _finish(task, spec, *time_prepared(prep, args, spec.protocol, spec.seed))
     except Exception as e:
-        return _failure(task, spec, "failed", f"{type(e).__name__}: {e}")
+        return _failure(task, spec, "failed", _error(e))
 
 
 # ------------------------------------------------------------------ the whole run
