@@ -131,9 +131,8 @@ def check_config(config: Any, source: str = "the config") -> dict[str, Any]:
 
 def plan_of(layout: LayoutSpace, config: dict[str, Any],
             source: str = "the config") -> LayoutPlan:
-    """The layout plan a config names, checked (`check_config`) and checked against this
-    program's points; errors name `source`, the config's file where it came from one."""
-    check_config(config, source)
+    """The layout plan a config (`check_config`ed) names, checked against this program's
+    points; errors name `source`, the config's file where it came from one."""
     if config.get("arguments") is not None and config["arguments"] != signature(layout):
         raise UserError(f"{source} was made for arguments of other shapes or dtypes: "
                          f"{config['arguments']} != {signature(layout)}")
@@ -169,8 +168,7 @@ def apply(fn: Callable, args: Sequence[Any], config: dict[str, Any] | str | Path
     import jax
 
     source = "the config" if isinstance(config, dict) else str(config)
-    if not isinstance(config, dict):
-        config = load_config(config)
+    config = check_config(config, source) if isinstance(config, dict) else load_config(config)
     layout = LayoutSpace(fn, tuple(args))
     plan = plan_of(layout, config, source)
     exe = layout.compile(plan, config["compiler_options"] or None)
