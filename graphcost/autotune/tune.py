@@ -238,9 +238,7 @@ def autotune(fn: Callable, args: Sequence[Any], model: Any, *, name: str | None 
                           measured=[t.configs.default()])
     measured, configs = arms.measured(), arms.configs()
     secs["measure_s"] = time.perf_counter() - t0
-    picks = choose(t, measured)
-    if not compare_random:
-        del picks["random_best"]
+    picks = choose(t, measured, compare_random)
     say(f"confirming: default and chosen #{picks['chosen']}"
         + (f" and the random arm's best #{picks['random_best']}" if compare_random else "")
         + f" timed again in {confirm_rounds} fresh rounds")
@@ -269,10 +267,10 @@ def model_space(m: Any, source: str) -> str:
     return space
 
 
-def choose(t: Tunable, measured: list[Measured]) -> dict[str, int]:
+def choose(t: Tunable, measured: list[Measured], random_arm: bool = True) -> dict[str, int]:
     """The selection round's picks (indices into `measured`): the default, the chosen
     config (the model arm's fastest of those `clearly_faster` than the default, else the
-    default) and the random arm's best, chosen the same way."""
+    default) and, when a random arm was measured, its best, chosen the same way."""
     if not measured[0].ok:
         raise RuntimeError(f"{t.name}: the default config failed ({measured[0].status}: "
                            f"{measured[0].error})")
@@ -283,8 +281,8 @@ def choose(t: Tunable, measured: list[Measured]) -> dict[str, int]:
               and clearly_faster(base, m.rounds_ns or [m.runtime_ns])]
         return min(ok, key=lambda i: (measured[i].runtime_ns, i), default=0)
 
-    return {"default": 0, "chosen": fastest(("model", "default")),
-            "random_best": fastest(("random", "default"))}
+    picks = {"default": 0, "chosen": fastest(("model", "default"))}
+    return picks | ({"random_best": fastest(("random", "default"))} if random_arm else {})
 
 
 def confirm(t: Tunable, configs: dict[str, Config], protocol: Protocol,
