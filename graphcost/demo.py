@@ -216,8 +216,7 @@ def paired_lines(results: list[RunResult]) -> str:
             diff = mean_over({n: mine[n]["score"] - theirs[n]["score"]
                               for n in sorted(set(mine) & set(theirs))},
                              lambda n, rows=mine: why_undefined(rows[n], "score"))
-            lines.append(f"  {coll:22} ranker − {other.model:14} {diff}"
-                         + (f"  ({diff.over()})" if diff.left_out else ""))
+            lines.append(f"  {coll:22} ranker − {other.model:14} {diff.noting('  ')}")
     return "\n".join(lines)
 
 

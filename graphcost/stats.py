@@ -157,6 +157,11 @@ class MeanCI:
         why = "; ".join(r if len(reasons) == 1 else f"{k} {r}" for r, k in reasons.items())
         return f"{text}; {len(names)} left out ({which}): {why}"
 
+    def noting(self, sep: str = " ") -> str:
+        """The mean and interval, and after `sep`, when graphs were left out of it, over
+        how many it is and which were left out and why (`over`)."""
+        return f"{self}{sep}({self.over()})" if self.left_out else str(self)
+
 
 def mean_over(values: Mapping[str, float], why: Callable[[str], str], n_boot: int = 1000,
               seed: int = 0) -> MeanCI:

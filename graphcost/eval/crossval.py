@@ -197,8 +197,7 @@ def _figures(summary: dict, kind: str) -> str:
 def _mean(ci: dict) -> str:
     """A mean with its interval and, when graphs were left out of it, over how many graphs
     it is and which were left out and why."""
-    mean = MeanCI(**ci)
-    return f"{mean} ({mean.over()})" if mean.left_out else str(mean)
+    return MeanCI(**ci).noting()
 
 
 def format_fold_start(fold: Fold, folds: int, model: str) -> str:
