@@ -171,11 +171,12 @@ def stored_configs(t: Any, g: Any, coll_kind: str, seed: int, distinct: int) -> 
     option knob codes read back into choices; layout plans sampled again exactly as the
     collection sampled them (`config_rng`) and matched to the stored rows by features."""
     if t.configs.kind == "options":
+        from graphcost.xla.configs import option_choices
+
         out = []
         for row in np.asarray(g.config_feat):
             try:
-                out.append(tuple(k.codes.index(float(code)) for k, code
-                                 in zip(t.configs.knobs, row, strict=False)))
+                out.append(option_choices(row, t.configs.knobs))
             except ValueError:
                 raise UserError(f"{g.name}: a stored config has a knob code this graphcost "
                                 "does not know (collected with other option knobs)") from None

@@ -48,7 +48,7 @@ from graphcost.formats.npz import TileGraph, read_extra, read_graph
 from graphcost.models.scorer import ConfigScorer
 from graphcost.stats import geomean_ci, t_interval
 from graphcost.train.settings import TrainSettings
-from graphcost.xla.configs import OPTION_KNOBS
+from graphcost.xla.configs import OPTION_KNOBS, option_choices
 from graphcost.xla.timing import Protocol
 
 STRATEGIES = ("random", "coordinate", "tpe", "model", "model-online", "model-coordinate")
@@ -67,24 +67,24 @@ class Table:
     graph: TileGraph
 
     @property
+    def executables(self) -> int:
+        return len(set(self.executable.tolist()))
+
+    @property
     def optimum(self) -> float:
         """The table's best speed-up over the default."""
         return float(self.runtime[self.default] / self.runtime.min())
 
 
 def decode_options(features: np.ndarray, path: Path) -> list[tuple[int, ...]]:
-    """Knob choices of each row of an options graph's `config_feat`, read back from the
-    knobs' codes (`xla.configs.option_features`)."""
+    """Knob choices of each row of an options graph's `config_feat`
+    (`xla.configs.option_choices`)."""
     out = []
     for r, row in enumerate(np.asarray(features)):
-        choice = []
-        for k, knob in enumerate(OPTION_KNOBS):
-            codes = [float(c) for c in knob.codes]
-            if float(row[k]) not in codes:
-                raise UserError(f"{path}: config {r} feature {k} is {row[k]}, not a code of "
-                                f"knob {knob.name} ({codes}): not an options:cpu graph")
-            choice.append(codes.index(float(row[k])))
-        out.append(tuple(choice))
+        try:
+            out.append(option_choices(row))
+        except ValueError as e:
+            raise UserError(f"{path}: config {r}: {e}: not an options:cpu graph") from None
     return out
 
 
@@ -227,7 +227,7 @@ def bench_search(table: str | Path, data: str | Path, out: str | Path,
     programs = []
     for name in sorted(files):
         t = read_table(files[name])
-        say(f"{name}: {len(t.configs)} configs, {len(set(t.executable.tolist()))} "
+        say(f"{name}: {len(t.configs)} configs, {t.executables} "
             f"executables, optimum {t.optimum:.3f}x")
         scores = [ConfigScorer(m(held_out[family_of(name)]), t.graph).scores() for m in models]
         curves: dict[str, list[float]] = {}
@@ -241,7 +241,7 @@ def bench_search(table: str | Path, data: str | Path, out: str | Path,
             choices[s] = list(runs[0][1][min(confirm_k, budget) - 1])  # first seed's
         programs.append({"name": name, "family": family_of(name), "optimum": t.optimum,
                          "configs": len(t.configs),
-                         "executables": len(set(t.executable.tolist())), "curves": curves,
+                         "executables": t.executables, "curves": curves,
                          "choices": choices})
     confirmed = (confirm_choices(programs, strategies, confirm_k, headroom,
                                  protocol or Protocol(rounds=6), core, say)

@@ -447,6 +447,19 @@ def option_features(config: OptionsConfig,
     return out
 
 
+def option_choices(features: np.ndarray,
+                   knobs: Sequence[Knob] = OPTION_KNOBS) -> OptionsConfig:
+    """The config `option_features` encoded, read back from its knobs' codes; a
+    ValueError names the feature whose value is no code of its knob."""
+    out = []
+    for i, (knob, code) in enumerate(zip(knobs, np.asarray(features), strict=False)):
+        if float(code) not in knob.codes:
+            raise ValueError(f"feature {i} is {code}, not a code of knob {knob.name} "
+                             f"{list(knob.codes)}")
+        out.append(knob.codes.index(float(code)))
+    return tuple(out)
+
+
 def sample_option_configs(count: int, rng: np.random.Generator, p: float = 0.3,
                           knobs: Sequence[Knob] = OPTION_KNOBS) -> list[OptionsConfig]:
     """`count` distinct configs, the default first: each knob moves off default w.p. `p`."""
