@@ -15,11 +15,13 @@ from graphcost.bench.replica import (
     PUBLISHED,
     SPLITS,
     Published,
+    ReplicaResult,
     chosen,
     clipped_lognormal,
     collection_dir,
     collection_shapes,
     disk_bytes,
+    format_summary,
     run_path,
     run_step,
     summarise,
@@ -93,11 +95,29 @@ def test_a_replica_has_the_published_layout_and_sizes_and_is_resumable(tmp_path,
     assert {p: p.stat().st_mtime_ns for p in base.rglob("*.npz")} == stamps
 
 
+def test_max_configs_caps_every_graph_and_keeps_the_nodes():
+    shapes = collection_shapes("layout:xla:random")
+    capped = chosen(shapes, 2, max_configs=500)
+    plain = chosen(shapes, 2)
+    assert [s.nodes for s in capped] == [s.nodes for s in plain]
+    assert [s.configs for s in capped] == [min(s.configs, 500) for s in plain]
+    assert max(s.configs for s in plain) == 100_040  # the cap bit
+
+
+def test_a_gpu_run_without_a_gpu_is_refused_before_any_work(tmp_path):
+    result = CliRunner().invoke(main, ["bench", "replica", "layout:xla:random", "--out",
+                                       str(tmp_path / "out"), "--device", "cuda"])
+    assert result.exit_code == 2
+    assert "CUDA is not available on this machine" in result.output
+    assert not (tmp_path / "out").exists()
+
+
 def test_a_steps_peak_is_its_own_not_the_parents(tmp_path):
     ballast = np.ones(400 * 2**20 // 8)  # the parent holds 400 MiB
     r = run_step("info", ["info", "--sample"], {}, tmp_path)
     assert r.returncode == 0
     assert 10 < r.peak_rss_mb < 300
+    assert r.peak_gpu_mb is None  # no step here touches a GPU
     assert "layout" in (tmp_path / "info.log").read_text()
     failed = run_step("bad", ["info", str(tmp_path / "missing")], {}, tmp_path)
     assert failed.returncode != 0 and failed.peak_rss_mb > 0
@@ -112,6 +132,8 @@ def test_the_whole_path_runs_and_falls_back_to_gst_when_full_graphs_do_not_fit(t
     write_replica(root, name, subset)
     work = tmp_path / "work"
     steps = run_path(root, name, work, sets=["memory_budget=1K", "gst_max_configs=64"])
+    assert list(steps) == ["compact"]
+    steps = steps["compact"]
     by_step = {r.step: r for r in steps}
     assert list(by_step) == ["info", "validate", "train ranker", "train ranker (gst)",
                              "train resgcn", "evaluate ranker", "submit ranker"]
@@ -124,6 +146,7 @@ def test_the_whole_path_runs_and_falls_back_to_gst_when_full_graphs_do_not_fit(t
     assert by_step["train ranker (gst)"].epoch_s > 0 and by_step["train resgcn"].epoch_s is None
     assert all(r.peak_rss_mb > 0 for r in steps)
 
+    work = work / "compact"
     indices = json.loads((work / "eval_indices.json").read_text())
     valid = [s for s in subset if s.split == "valid"]
     assert sorted(indices) == sorted(f"valid_{s.index:04d}" for s in valid)
@@ -134,10 +157,12 @@ def test_the_whole_path_runs_and_falls_back_to_gst_when_full_graphs_do_not_fit(t
     assert len(rows) == sum(s.split == "test" for s in subset)
     assert all(r["ID"].startswith(name + ":") for r in rows)
 
-    cache = disk_bytes(work / "cache")
-    row = summarise(name, shapes, subset, steps, cache, disk_bytes(collection_dir(root, name)), 0)
-    # the cache holds every layout file's configs uncompressed: the shapes say how much
-    assert row["cache_mb"] == pytest.approx(row["cache_mb_expected"], rel=0.02)
+    cache = {"compact": disk_bytes(work / "cache")}
+    whole = summarise(name, shapes, subset, {"compact": steps}, cache,
+                      disk_bytes(collection_dir(root, name)), 0)
+    row = whole["caches"]["compact"]
+    # the cache holds 2 bytes per config and configurable node, and a few KB besides
+    assert 0 < row["cache_mb"] - row["cache_mb_expected"] < 0.1 * len(subset)
     ratio = sum(s.nodes for s in shapes if s.split == "train") / sum(
         s.nodes for s in subset if s.split == "train")
     epoch = by_step["train ranker (gst)"].epoch_s
@@ -150,7 +175,10 @@ def test_the_whole_path_runs_and_falls_back_to_gst_when_full_graphs_do_not_fit(t
         by_step["info"].seconds * len(shapes) / len(subset))
     assert "train ranker" not in row["projected_s"]  # refused: nothing to project
     assert row["projected_cache_gb"] == pytest.approx(
-        sum(s.config_bytes for s in shapes) / 2**30)
+        sum(s.compact_bytes for s in shapes) / 2**30)
+    assert whole["projected_files_gb"] == pytest.approx(
+        whole["files_mb"] / 2**10 * sum(s.config_bytes for s in shapes) /
+        sum(s.config_bytes for s in subset))
 
 
 def test_an_unknown_collection_is_refused_before_any_work(tmp_path):
@@ -172,6 +200,41 @@ def test_a_replica_that_would_not_fit_the_disk_is_refused_before_writing(tmp_pat
                                        str(tmp_path / "out"), "--graphs", "1"])
     assert result.exit_code == 2
     subset = chosen(collection_shapes("layout:nlp:random"), 1)
-    need = sum(s.config_bytes for s in subset) * 1.1 / 2**30  # the two 7 GB graphs: 16 GB
+    need = sum(s.config_bytes for s in subset) * 0.1 / 2**30  # the two 7 GB graphs' files
+    need += sum(s.compact_bytes for s in subset) / 2**30  # and their compact cache: 1.6 GB
     assert f"needs about {need:,.0f} GB" in result.output and "1 GB are free" in result.output
     assert not (tmp_path / "out" / "data").exists()
+
+
+def test_the_plain_cache_is_compared_step_by_step_and_gives_the_same_results(tmp_path):
+    name = "layout:xla:default"
+    shapes = collection_shapes(name, pub=SMALL)
+    subset = chosen(shapes, 1)
+    root = tmp_path / "data"
+    write_replica(root, name, subset)
+    work, seen = tmp_path / "work", []
+    steps = run_path(root, name, work, on_step=seen.append, caches=("compact", "plain"))
+    labels = [r.step for r in steps["compact"]]
+    assert labels == [r.step for r in steps["plain"]] == [
+        "info", "validate", "train ranker", "train resgcn", "evaluate ranker",
+        "evaluate resgcn", "submit ranker"]
+    assert all(r.returncode == 0 for c in steps for r in steps[c])
+    # interleaved, the forms taking turns to go first
+    assert [(r.step, r.cache) for r in seen[:4]] == [
+        ("info", "compact"), ("info", "plain"), ("validate", "plain"), ("validate", "compact")]
+    compact, plain = (disk_bytes(work / c / "cache") for c in ("compact", "plain"))
+    configs = sum(s.config_bytes for s in subset)
+    assert configs <= plain < configs * 1.01 and compact < plain / 10
+    for model in ("ranker", "resgcn"):  # the same configs, so the same training
+        a, b = (json.loads((work / c / f"eval_{model}.json").read_text())
+                for c in ("compact", "plain"))
+        assert a["graphs"] == b["graphs"]
+    assert (work / "compact" / "submission.csv").read_text() == \
+        (work / "plain" / "submission.csv").read_text()
+    row = summarise(name, shapes, subset, steps, {"compact": compact, "plain": plain},
+                    disk_bytes(collection_dir(root, name)), 0)
+    text = format_summary(ReplicaResult({name: row}))
+    assert f"compact cache {compact / 2**20:,.0f} MB" in text
+    assert f"plain cache {plain / 2**20:,.0f} MB" in text
+    gb = [row["caches"][c]["projected_cache_gb"] for c in ("compact", "plain")]
+    assert f"read cache                 {gb[0]:.1f} GB / {gb[1]:.1f} GB" in text

@@ -5,6 +5,7 @@ import pytest
 from conftest import raw_arrays
 
 from graphcost.formats import GraphFileError, LayoutGraph, read_graph, write_graph
+from graphcost.formats.compact import CompactConfigs
 from graphcost.formats.npz import cache_dir, open_member_mmap
 
 
@@ -50,16 +51,16 @@ def test_empty_edge_list_reads_as_m_by_2(tmp_path, tile_graph):
     assert read_graph(tmp_path / "e.npz").edge_index.shape == (0, 2)
 
 
-def test_lazy_configs_are_memory_mapped_and_subset_in_order(tmp_path, layout_graph):
-    for compress in (False, True):
+def test_lazy_configs_are_mapped_or_compact_and_subset_in_order(tmp_path, layout_graph):
+    for compress, form in ((False, np.memmap), (True, CompactConfigs)):
         path = write_graph(tmp_path / f"l{compress}.npz", layout_graph, compress=compress)
         g = read_graph(path)
         assert isinstance(g, LayoutGraph)
-        assert isinstance(g.node_config_feat, np.memmap)
+        assert isinstance(g.node_config_feat, form)
         ids = np.array([7, 2, 39, 2])
         np.testing.assert_array_equal(g.configs(ids), layout_graph.node_config_feat[ids])
-    # the compressed member was extracted once into the cache, the stored one was not
-    assert len(list(cache_dir().glob("*.npy"))) == 1
+    # the compressed member was converted once into the cache, the stored one was not
+    assert len(list(cache_dir().glob("*.np[yz]"))) == 1
 
 
 def test_stored_member_is_mapped_in_place(tmp_path, layout_graph):

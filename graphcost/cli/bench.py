@@ -136,14 +136,25 @@ def bench_scale_cmd(sizes: str, modes: str, configs: int, num_configs: int, step
               help="a training setting for both trainings, as for `graphcost train`; repeatable")
 @click.option("--seed", default=0, show_default=True)
 @click.option("--keep", is_flag=True, help="keep each replica and its read cache")
+@click.option("--device", type=click.Choice(["cpu", "cuda"]), default="cpu", show_default=True,
+              help="where the trainings, evaluations and the submission run")
+@click.option("--max-configs", type=click.IntRange(min=0), default=0,
+              help="cap every graph's configs (0: as published): a quicker rehearsal of "
+                   "the same nodes")
+@click.option("--compare-plain", is_flag=True,
+              help="run every step also with the plain read cache (configs uncompressed, "
+                   "as before the compact one), interleaved, to compare")
 def bench_replica_cmd(collections: tuple[str, ...], out_dir: str, graphs: int, epochs: int,
-                      sets: tuple[str, ...], seed: int, keep: bool) -> None:
+                      sets: tuple[str, ...], seed: int, keep: bool, device: str,
+                      max_configs: int, compare_plain: bool) -> None:
     """Write full-size replicas of the published TpuGraphs collections (default: all
     five) and time the user's path on each, every step in its own process with its peak
     RSS, projected to the whole collection (docs/replica.md)."""
-    from graphcost.bench.replica import bench_replica, format_summary
+    from graphcost.bench.replica import CACHES, bench_replica, format_summary
 
-    result = bench_replica(collections, out_dir, graphs, epochs, sets, seed, keep, log=click.echo)
+    result = bench_replica(collections, out_dir, graphs, epochs, sets, seed, keep,
+                           log=click.echo, device=device, max_configs=max_configs,
+                           caches=CACHES if compare_plain else CACHES[:1])
     click.echo("\n" + format_summary(result))
 
 

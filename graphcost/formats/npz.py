@@ -1,10 +1,12 @@
 """Read and write TpuGraphs `.npz` files exactly as published (docs/design.md §1).
 
 A graph is a plain dataclass of numpy arrays. Layout files can hold gigabytes of
-`node_config_feat`, so that one array is opened lazily as a read-only memory map:
-directly inside the archive when the member is stored uncompressed, otherwise from
-an uncompressed copy extracted once into a per-user cache. Indexing the map with a
-few config ids reads only those rows.
+`node_config_feat`, so that one array is opened lazily, read-only: mapped directly
+inside the archive when the member is stored uncompressed, otherwise converted once
+into a per-user read cache, compact (`formats.compact`: each distinct row once and a
+2-byte row number per config and node, about 36× smaller than the array) or, for a
+file whose values are not all the published −1..5, an uncompressed copy. Indexing it
+with a few config ids reads only those rows.
 
 Everything a reader trusts is checked where it is read, once for every caller (submit,
 evaluate, predict, train, validate): only regular files are opened (a FIFO would block,
@@ -25,14 +27,16 @@ import stat
 import struct
 import zipfile
 import zlib
-from collections.abc import Iterable, Iterator, Mapping
+from collections.abc import Callable, Iterable, Iterator, Mapping
 from contextlib import contextmanager
 from pathlib import Path
+from typing import BinaryIO
 
 import numpy as np
 
 from graphcost.atomic import atomic_open, remove_dead_writers_parts
 from graphcost.errors import EnvironmentFault, UserError
+from graphcost.formats.compact import CompactConfigs, build, open_compact
 from graphcost.formats.errors import GraphFileError
 from graphcost.formats.records import (
     EXTRA_KEYS,
@@ -81,7 +85,7 @@ def read_graph(path: str | Path, lazy: bool = True, runtimes: bool = True) -> Gr
         arrays = {k: _load_member(npz, path, k) for k in present
                   if not (kind == "layout" and lazy and k == "node_config_feat")}
     if kind == "layout" and lazy:
-        arrays["node_config_feat"] = open_member_mmap(path, "node_config_feat")
+        arrays["node_config_feat"] = open_configs(path)
     for key in set(RUNTIME_KEYS) & set(keys) - set(arrays):  # runtimes=False only
         arrays[key] = np.full(_num_configs(kind, arrays), np.nan)
     graph = _build(kind, path.stem, arrays, path)
@@ -134,7 +138,7 @@ def _build(kind: str, name: str, a: dict[str, np.ndarray], path: Path) -> Graph:
             config_runtime_normalizers=_as(a["config_runtime_normalizers"], np.float64).reshape(-1),
         )
     ncf = a["node_config_feat"]
-    if not isinstance(ncf, np.memmap):
+    if not isinstance(ncf, np.memmap | CompactConfigs):
         ncf = _as(ncf, np.float32)
     return LayoutGraph(
         **common,
@@ -340,24 +344,75 @@ def _version_key(path: Path, what: str) -> str:
     return hashlib.sha1(ident.encode()).hexdigest()
 
 
+def open_configs(path: str | Path) -> np.ndarray | CompactConfigs:
+    """A layout file's `node_config_feat`, read-only, never loaded whole: compact from
+    the read cache where its values allow (the module docstring), else a memory map
+    (`open_member_mmap`). `GRAPHCOST_COMPACT_CACHE=0` keeps to the uncompressed copy
+    (`bench replica` compares the two)."""
+    path = Path(path)
+    key = "node_config_feat"
+    if os.environ.get("GRAPHCOST_COMPACT_CACHE", "1") != "0":
+        _require_regular_file(path)
+        with _zip_errors(path, key, "a readable array (the archive is corrupt)"), \
+                zipfile.ZipFile(path) as zf:
+            shape, fortran, dtype = _header(zf, path, key)
+            info = zf.getinfo(key + ".npy")
+            if info.compress_type != zipfile.ZIP_STORED and not fortran and len(shape) == 3:
+                compact = _compact_cached(path, zf, info, shape, dtype)
+                if compact is not None:
+                    return compact
+    return open_member_mmap(path, key)
+
+
+def _compact_cached(path: Path, zf: zipfile.ZipFile, info: zipfile.ZipInfo,
+                    shape: tuple[int, ...], dtype: np.dtype) -> CompactConfigs | None:
+    """The member's compact cache entry, built on first use; None where its values
+    cannot be compacted (then, and from then on, the uncompressed copy is used)."""
+    key = _version_key(path, info.filename)
+    entry = cache_dir() / (key + ".compact.npz")
+    if not entry.exists():
+        if (cache_dir() / (key + ".npy")).exists():  # compacting it failed before
+            return None
+        def write(out: BinaryIO) -> None:
+            with zf.open(info) as src:
+                _read_npy_header(src)
+                if not build(src, shape, dtype, out):
+                    raise _NotCompact  # inside the atomic write: the half entry is dropped
+
+        try:
+            _fill_cache(path, info, entry, write)
+        except _NotCompact:
+            return None
+    return open_compact(entry, _mmap_stored)
+
+
+class _NotCompact(Exception):
+    """A value the compact form cannot hold (`compact.build` said so)."""
+
+
 def _mmap_cached(path: Path, zf: zipfile.ZipFile, info: zipfile.ZipInfo) -> np.ndarray:
     target = cache_dir() / (_version_key(path, info.filename) + ".npy")
     if not target.exists():
-        _extract(path, zf, info, target)
+        def copy(out: BinaryIO) -> None:
+            with zf.open(info) as src:
+                shutil.copyfileobj(src, out, length=16 << 20)
+        _fill_cache(path, info, target, copy)
     arr = np.load(target, mmap_mode="r")
     return arr if arr.size else np.zeros(arr.shape, arr.dtype)
 
 
-def _extract(path: Path, zf: zipfile.ZipFile, info: zipfile.ZipInfo, target: Path) -> None:
-    """Stream one member into the read cache. The cache failing is never the archive's
-    fault: a full disk is an EnvironmentFault, an unwritable cache a UserError naming
-    GRAPHCOST_CACHE, so no reader skips a healthy file as corrupt."""
+def _fill_cache(path: Path, info: zipfile.ZipInfo, target: Path,
+                write: Callable[[BinaryIO], None]) -> None:
+    """Write one member's cache entry, whole or not at all, by `write(file)`. The cache
+    failing is never the archive's fault: a full disk is an EnvironmentFault, an
+    unwritable cache a UserError naming GRAPHCOST_CACHE, so no reader skips a healthy
+    file as corrupt."""
     if target.parent.is_dir():  # what extractions killed midway (SIGKILL) left behind
         remove_dead_writers_parts(target.parent)
     where = f"the read cache {cache_dir()} (GRAPHCOST_CACHE)"
     try:
-        with atomic_open(target) as out, zf.open(info) as src:
-            shutil.copyfileobj(src, out, length=16 << 20)
+        with atomic_open(target) as out:
+            write(out)
     except EnvironmentFault:
         raise EnvironmentFault(
             f"{path}: cannot extract '{info.filename}' ({info.file_size} bytes) into {where}:"

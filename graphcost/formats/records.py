@@ -13,6 +13,8 @@ from typing import ClassVar
 
 import numpy as np
 
+from graphcost.formats.compact import CompactConfigs
+
 NUM_NODE_FEATURES = 140
 NUM_TILE_CONFIG_FEATURES = 24
 NUM_LAYOUT_CONFIG_FEATURES = 18
@@ -67,12 +69,13 @@ class TileGraph(_GraphBase):
 class LayoutGraph(_GraphBase):
     """One whole program with node-level layout configurations.
 
-    `node_config_feat` may be a read-only memory map; index it with a config subset
-    (`graph.node_config_feat[ids]`) to read just those rows.
+    `node_config_feat` may be a read-only memory map or the read cache's compact form
+    (`CompactConfigs`); index it with a config subset (`graph.node_config_feat[ids]`)
+    to read just those rows.
     """
 
     node_config_ids: np.ndarray  # (nc,) int64
-    node_config_feat: np.ndarray  # (c, nc, 18) float32, possibly memory-mapped
+    node_config_feat: np.ndarray  # (c, nc, 18) float32, possibly memory-mapped or compact
     config_runtime: np.ndarray  # (c,) float64
     node_splits: np.ndarray  # (k,) int64
     kind: ClassVar[str] = "layout"
@@ -121,6 +124,8 @@ def release_pages(a: np.ndarray) -> None:
     each one touched: 1,024 random rows of a 7 GB file mapped 1.9 GB). No-op for an
     array in memory.
     """
+    if isinstance(a, CompactConfigs):
+        a = a.codes
     mm = getattr(a, "_mmap", None)  # np.memmap's map, shared by its views
     if mm is not None and not mm.closed:
         mm.madvise(mmap.MADV_DONTNEED)

@@ -10,6 +10,7 @@ from pathlib import Path
 
 import numpy as np
 
+from graphcost.formats.compact import CompactConfigs
 from graphcost.formats.errors import GraphFileError
 from graphcost.formats.records import (
     NUM_LAYOUT_CONFIG_FEATURES,
@@ -120,6 +121,8 @@ def _validate_layout(g: LayoutGraph, n: int, fail, runtimes: bool) -> None:
 
 
 def _finite(a: np.ndarray, key: str, fail) -> None:
+    if isinstance(a, CompactConfigs):  # every value is one of its rows': those suffice
+        a = a.rows
     for start, block in row_blocks(a):
         if not np.all(np.isfinite(block)):
             row = start + int(np.flatnonzero(~np.isfinite(block).reshape(len(block), -1).all(1))[0])
