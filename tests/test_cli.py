@@ -27,3 +27,7 @@ def test_bench_io_prints_figures():
     assert result.exit_code == 0, result.output
     assert "open stored + read 64 configs" in result.output
     assert "eager: load deflated file whole" in result.output
+    for form in ("compact", "plain"):
+        assert f"open deflated + read 64, first: builds the {form} cache" in result.output
+        assert f"open deflated + read 64 configs, {form} cache" in result.output
+    assert "inflate the deflated configs alone" in result.output

@@ -3,14 +3,19 @@
 Figures are wall seconds (median of repeats) and the peak resident memory the step
 added (Linux VmHWM, reset before each step). The eager row loads the whole
 `node_config_feat`, as `np.load` would, so the lazy rows have something to be
-compared with in the same run.
+compared with in the same run. A deflated file is read through the read cache, in its
+compact form and, for comparison, in the plain one (every config uncompressed); the
+first read of each builds it, and inflating the member alone (what any reader of a
+deflated member pays to reach its last config) is timed beside them.
 """
 
 from __future__ import annotations
 
 import os
+import shutil
 import tempfile
 import time
+import zipfile
 from collections.abc import Callable
 from pathlib import Path
 
@@ -18,19 +23,24 @@ import numpy as np
 
 from graphcost.bench import RowsResult, measure_call
 from graphcost.data.inspect import summarize, validate_paths
-from graphcost.data.synthetic import make_layout_graph
+from graphcost.data.synthetic import make_large_layout_graph, make_layout_graph
 from graphcost.formats import LayoutGraph, read_graph, write_graph
 
 
 def big_layout_graph(num_configs: int, num_configurable: int, seed: int = 0) -> LayoutGraph:
-    """A graph of a few hundred nodes with a huge `node_config_feat`, built vectorised."""
-    rng = np.random.default_rng(seed)
-    g = make_layout_graph(rng, num_nodes=max(200, 2 * num_configurable), num_configs=1,
-                          num_configurable=num_configurable, name="big")
-    nc = g.node_config_ids.size
-    g.node_config_feat = rng.integers(-1, 4, size=(num_configs, nc, 18)).astype(np.float32)
-    g.config_runtime = rng.uniform(1e6, 2e6, size=num_configs)
-    return g
+    """A graph of a few hundred nodes with a huge `node_config_feat` of layouts as the
+    published files hold them (each role a permutation of its tensor's dimensions, or
+    unset), built vectorised."""
+    return make_large_layout_graph(np.random.default_rng(seed),
+                                   max(200, 8 * num_configurable), num_configs,
+                                   num_configurable, name="big")
+
+
+def inflate(path: Path, key: str = "node_config_feat") -> int:
+    """Stream one deflated member through zlib and drop it: the least a first read of
+    its last config costs. Returns the bytes inflated."""
+    with zipfile.ZipFile(path) as zf, zf.open(key + ".npy") as f:
+        return sum(len(b) for b in iter(lambda: f.read(16 << 20), b""))
 
 
 class IoResult(RowsResult):
@@ -47,13 +57,16 @@ def bench_io(num_configs: int = 100_000, num_configurable: int = 64, reads: int 
     saved_cache = os.environ.get("GRAPHCOST_CACHE")
     with tempfile.TemporaryDirectory() as tmp:
         os.environ["GRAPHCOST_CACHE"] = str(Path(tmp) / "cache")  # start cold, clean up after
+        saved_form = os.environ.get("GRAPHCOST_COMPACT_CACHE")
         try:
             _run(tmp, rows, rng, num_configs, num_configurable, reads, scan_files, repeats, log)
         finally:
-            if saved_cache is None:
-                os.environ.pop("GRAPHCOST_CACHE", None)
-            else:
-                os.environ["GRAPHCOST_CACHE"] = saved_cache
+            for var, saved in (("GRAPHCOST_CACHE", saved_cache),
+                               ("GRAPHCOST_COMPACT_CACHE", saved_form)):
+                if saved is None:
+                    os.environ.pop(var, None)
+                else:
+                    os.environ[var] = saved
     return IoResult(rows)
 
 
@@ -76,12 +89,28 @@ def _run(tmp: str, rows: list[dict], rng: np.random.Generator, num_configs: int,
         graph = read_graph(path, lazy=True)
         return graph.configs(rng.choice(graph.num_configs, size=reads, replace=False))
 
-    for name, path in paths.items():
-        if name == "deflated":
-            rows.append(_row(f"open {name} + read {reads} (first: builds cache)",
-                             [measure_call(lambda p=path: read_some(p))]))
-        rows.append(_row(f"open {name} + read {reads} configs",
-                         [measure_call(lambda p=path: read_some(p)) for _ in range(repeats)]))
+    rows.append(_row(f"open stored + read {reads} configs",
+                     [measure_call(lambda: read_some(paths["stored"]))
+                      for _ in range(repeats)]))
+    first: dict[str, list] = {"compact": [], "plain": [], "inflate": []}
+    cache = Path(os.environ["GRAPHCOST_CACHE"])
+    for _ in range(repeats):  # the three first reads interleaved, each from a cold cache
+        for form in first:
+            shutil.rmtree(cache, ignore_errors=True)
+            os.environ["GRAPHCOST_COMPACT_CACHE"] = "0" if form == "plain" else "1"
+            call = (lambda: inflate(paths["deflated"])) if form == "inflate" else \
+                (lambda: read_some(paths["deflated"]))
+            first[form].append(measure_call(call))
+    rows.append(_row("inflate the deflated configs alone", first["inflate"]))
+    for form in ("compact", "plain"):
+        os.environ["GRAPHCOST_COMPACT_CACHE"] = "0" if form == "plain" else "1"
+        rows.append(_row(f"open deflated + read {reads}, first: builds the {form} cache",
+                         first[form]))
+        read_some(paths["deflated"])  # the cache of this form
+        rows.append(_row(f"open deflated + read {reads} configs, {form} cache",
+                         [measure_call(lambda: read_some(paths["deflated"]))
+                          for _ in range(repeats)]))
+    os.environ.pop("GRAPHCOST_COMPACT_CACHE")
     rows.append(_row("eager: load deflated file whole",
                      [measure_call(lambda: read_graph(paths["deflated"], lazy=False))]))
 

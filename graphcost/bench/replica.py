@@ -571,8 +571,8 @@ def _child() -> None:
     def peaks() -> str:
         torch = sys.modules.get("torch")  # imported by the step if it used one
         used = torch is not None and torch.cuda.is_initialized()
-        gpu = torch.cuda.max_memory_allocated() if used else None
-        return json.dumps({"rss": peak_bytes(), "gpu": gpu})
+        gpu = torch.cuda.max_memory_allocated() if used else 0
+        return json.dumps({"rss": peak_bytes(), "gpu": gpu or None})
 
     peak_file = sys.argv[1]
     atexit.register(lambda: Path(peak_file).write_text(peaks()))

@@ -31,8 +31,9 @@ import numpy as np
 ROW = 18
 LOW, HIGH = -1, 5
 BASE = HIGH - LOW + 1  # 7: a row is a number of 18 base-7 digits (< 2**51, exact in int64)
-#: rows of (c·nc, 18) float32 converted at a time: 64 MiB
-CHUNK_ROWS = (1 << 26) // (ROW * 4)
+#: rows of (c·nc, 18) float32 converted at a time: 16 MiB, small enough that converting
+#: one chunk overlaps inflating the next even in a file of a few chunks
+CHUNK_ROWS = (1 << 24) // (ROW * 4)
 
 
 class CompactConfigs:

@@ -173,7 +173,8 @@ class ResModel(RankingNet):
             return None
         starts = torch.cumsum(sizes, 0) - sizes
         segments = (sizes + k - 1) // k
-        pick = (torch.rand(b.num_graphs) * segments).long().clamp(max=segments - 1)
+        pick = (torch.rand(b.num_graphs, device=segments.device) * segments).long().clamp(
+            max=segments - 1)
         local = torch.arange(b.x.shape[0], device=b.x.device) - starts[b.node_graph]
         lo = (pick * k)[b.node_graph]
         return (local >= lo) & (local < lo + k)
