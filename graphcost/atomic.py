@@ -7,6 +7,7 @@ import errno
 import fcntl
 import json
 import os
+import shutil
 import socket
 import tempfile
 from collections.abc import Iterator
@@ -70,16 +71,31 @@ def _writer() -> str:
     return f"{os.getpid()}@{socket.gethostname().replace('.', '_')}"
 
 
+@contextmanager
+def scratch_dir(path: str | Path) -> Iterator[Path]:
+    """A temporary folder beside `path`, removed afterwards, named as `atomic_open`
+    names its files: one that a killed writer left is removed by
+    `remove_dead_writers_parts`."""
+    path = Path(path)
+    with tempfile.TemporaryDirectory(dir=path.parent, prefix=f".{path.name}.{_writer()}.",
+                                     suffix=".part") as tmp:
+        yield Path(tmp)
+
+
 def remove_dead_writers_parts(folder: str | Path) -> list[Path]:
-    """Remove the temporary files of `atomic_open` in `folder` whose writer, a process
-    of this host, is no longer alive; return them. A live writer's file, another host's
-    and any file not named by `atomic_open` are left alone."""
+    """Remove the temporary files (and `scratch_dir` folders) of `atomic_open` in
+    `folder` whose writer, a process of this host, is no longer alive; return them. A
+    live writer's, another host's and anything not named by `atomic_open` are left
+    alone."""
     removed = []
     host = _writer().split("@", 1)[1]
     for part in Path(folder).glob(".*.part"):
         pid, _, on = part.name.rsplit(".", 3)[1].partition("@")
         if on == host and pid.isdigit() and not psutil.pid_exists(int(pid)):
-            part.unlink(missing_ok=True)
+            if part.is_dir():
+                shutil.rmtree(part, ignore_errors=True)
+            else:
+                part.unlink(missing_ok=True)
             removed.append(part)
     return removed
 

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import csv
 import json
+import socket
 import zipfile
 
 import numpy as np
@@ -91,7 +92,13 @@ def test_a_replica_has_the_published_layout_and_sizes_and_is_resumable(tmp_path,
         with zipfile.ZipFile(path) as zf:  # compressed, as published
             assert {i.compress_type for i in zf.infolist()} == {zipfile.ZIP_DEFLATED}
     stamps = {p: p.stat().st_mtime_ns for p in base.rglob("*.npz")}
+    if name.startswith("layout"):  # what a killed writer left: its configs' memory map
+        dead = base / "train" / ".train_0009.npz.999999999@{}.x1.part".format(
+            socket.gethostname().replace(".", "_"))
+        dead.mkdir()
+        (dead / "configs.npy").write_bytes(b"half")
     write_replica(tmp_path, name, subset)
+    assert not list(base.rglob(".*part"))
     assert {p: p.stat().st_mtime_ns for p in base.rglob("*.npz")} == stamps
 
 

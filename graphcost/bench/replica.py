@@ -34,7 +34,6 @@ import runpy
 import shutil
 import subprocess
 import sys
-import tempfile
 import time
 from collections.abc import Callable, Generator, Sequence
 from dataclasses import asdict, dataclass, replace
@@ -46,7 +45,7 @@ from scipy.optimize import brentq
 from scipy.special import ndtri
 
 from graphcost import children
-from graphcost.atomic import write_json
+from graphcost.atomic import remove_dead_writers_parts, scratch_dir, write_json
 from graphcost.bench import BenchResult
 from graphcost.errors import UserError
 
@@ -191,6 +190,9 @@ def write_replica(root: str | Path, name: str, shapes: Sequence[Shape], seed: in
     from graphcost.formats import write_graph
 
     base = collection_dir(Path(root), name)
+    for split in SPLITS:  # what a killed run left: a memory map of up to 15 GB
+        if (base / split).is_dir():
+            remove_dead_writers_parts(base / split)
     bar = tqdm(total=len(shapes), desc=f"writing {name}", unit="graph", disable=not progress,
                mininterval=5)
     for s in shapes:
@@ -204,10 +206,10 @@ def write_replica(root: str | Path, name: str, shapes: Sequence[Shape], seed: in
             write_graph(path, graph)
         else:  # configs go through a memory map, so a file bigger than memory can be made
             path.parent.mkdir(parents=True, exist_ok=True)
-            with tempfile.TemporaryDirectory(dir=path.parent) as tmp:
+            with scratch_dir(path) as tmp:
                 graph = make_large_layout_graph(rng, s.nodes, s.configs, s.configurable,
                                                 name=path.stem,
-                                                config_file=Path(tmp) / "configs.npy")
+                                                config_file=tmp / "configs.npy")
                 write_graph(path, graph)
                 del graph
     bar.close()
