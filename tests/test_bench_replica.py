@@ -131,12 +131,17 @@ def test_a_steps_peak_is_its_own_not_the_parents(tmp_path):
     del ballast
 
 
+def small_replica(tmp_path, name: str, per_split: int):
+    """A SMALL-shaped replica of `name` written under TMP/data: (shapes, subset, root)."""
+    shapes = collection_shapes(name, pub=SMALL)
+    subset = chosen(shapes, per_split)
+    write_replica(tmp_path / "data", name, subset)
+    return shapes, subset, tmp_path / "data"
+
+
 def test_the_whole_path_runs_and_falls_back_to_gst_when_full_graphs_do_not_fit(tmp_path):
     name = "layout:nlp:default"
-    shapes = collection_shapes(name, pub=SMALL)
-    subset = chosen(shapes, 2)
-    root = tmp_path / "data"
-    write_replica(root, name, subset)
+    shapes, subset, root = small_replica(tmp_path, name, 2)
     work = tmp_path / "work"
     steps = run_path(root, name, work, sets=["memory_budget=1K", "gst_max_configs=64"])
     assert list(steps) == ["compact"]
@@ -215,10 +220,7 @@ def test_a_replica_that_would_not_fit_the_disk_is_refused_before_writing(tmp_pat
 
 def test_the_plain_cache_is_compared_step_by_step_and_gives_the_same_results(tmp_path):
     name = "layout:xla:default"
-    shapes = collection_shapes(name, pub=SMALL)
-    subset = chosen(shapes, 1)
-    root = tmp_path / "data"
-    write_replica(root, name, subset)
+    shapes, subset, root = small_replica(tmp_path, name, 1)
     work, seen = tmp_path / "work", []
     steps = run_path(root, name, work, on_step=seen.append, caches=("compact", "plain"))
     labels = [r.step for r in steps["compact"]]

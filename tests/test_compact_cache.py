@@ -158,3 +158,42 @@ def test_training_and_scoring_from_compact_configs_equal_those_from_the_plain_co
     assert w1.keys() == w0.keys()
     assert all(torch.equal(w1[k], w0[k]) for k in w1)
     assert all(np.array_equal(a, b) for a, b in zip(p1, p0, strict=True))
+
+
+def test_duplicate_configs_are_found_alike_in_both_forms(tmp_path, layout_graph, monkeypatch):
+    from graphcost.data.dedup import dedup_configs, duplicates
+
+    g = layout_graph
+    g.node_config_feat[[3, 9, 30]] = g.node_config_feat[5]  # a group of four
+    g.node_config_feat[11] = g.node_config_feat[12]
+    g.config_runtime[[3, 5, 9, 30]] = [1e6, 1.1e6, 9e6, 1.2e6]  # one 9× apart
+    path = write_graph(tmp_path / "g.npz", g)
+    compact_graph = read_graph(path)
+    assert isinstance(compact_graph.node_config_feat, CompactConfigs)
+    monkeypatch.setenv("GRAPHCOST_COMPACT_CACHE", "0")
+    plain_graph = read_graph(path)
+    found = duplicates(compact_graph)
+    assert found == duplicates(plain_graph)
+    assert found.groups >= 2 and found.contradicting >= 1
+    (a_ids, a_rt), (b_ids, b_rt) = dedup_configs(compact_graph), dedup_configs(plain_graph)
+    assert np.array_equal(a_ids, b_ids) and np.array_equal(a_rt, b_rt)
+    assert a_ids.size <= g.num_configs - 4
+
+
+def test_a_corrupt_member_is_refused_naming_its_key_and_caches_nothing(tmp_path,
+                                                                      layout_graph):
+    import zipfile
+
+    from graphcost.formats.errors import GraphFileError
+
+    path = write_graph(tmp_path / "g.npz", layout_graph)
+    with zipfile.ZipFile(path) as zf:
+        info = zf.getinfo("node_config_feat.npy")
+    data = bytearray(path.read_bytes())
+    start = info.header_offset + 30 + len(info.filename) + len(info.extra)
+    for i in range(start + 40, start + info.compress_size - 8, 7):
+        data[i] ^= 0x5A  # the deflated configs garbled past their header
+    path.write_bytes(bytes(data))
+    with pytest.raises(GraphFileError, match="node_config_feat"):
+        read_graph(path)
+    assert not list(cache_dir().glob("*.compact.npz"))

@@ -19,6 +19,7 @@ from pathlib import Path
 import numpy as np
 
 from graphcost.formats import Graph, TileGraph
+from graphcost.formats.compact import CompactConfigs
 from graphcost.formats.records import row_blocks
 
 #: identical configs whose runtimes (tile: normalized runtimes) differ by more than this
@@ -30,6 +31,8 @@ CONTRADICTION_RATIO = 2.0
 
 def _row_digests(graph: Graph, ids: np.ndarray | None = None) -> list[bytes]:
     feat = graph.config_feat if isinstance(graph, TileGraph) else graph.node_config_feat
+    if isinstance(feat, CompactConfigs):  # equal rows, equal row numbers: 2 bytes, not 72
+        feat = feat.codes
     if ids is not None:
         feat = feat[ids]
     digests = []

@@ -30,7 +30,7 @@ import numpy as np
 #: entries of a layout config row, and the values an entry takes in the published files
 ROW = 18
 LOW, HIGH = -1, 5
-BASE = HIGH - LOW + 1  # 7: a row is a number of 18 base-7 digits (< 2**51, exact in int64)
+BASE = HIGH - LOW + 1  # 7: a row is a number of 18 base-7 digits (< 2**51)
 #: rows of (c·nc, 18) float32 converted at a time: 16 MiB, small enough that converting
 #: one chunk overlaps inflating the next even in a file of a few chunks
 CHUNK_ROWS = (1 << 24) // (ROW * 4)
@@ -71,18 +71,16 @@ def decode(keys: np.ndarray) -> np.ndarray:
     return (digits + LOW).astype(np.float32)
 
 
-#: (18, 3) float32: each role's 6 entries times 7**0..7**5, exact in float32 since every
-#: sum stays below 7**6 < 2**24; the roles then combine exactly in float64 (< 2**53)
-_ROLE_POWERS = np.kron(np.eye(3), BASE ** np.arange(6.0)[:, None]).astype(np.float32)
-_ROLE_SCALE = float(BASE ** 6) ** np.arange(3)
-_OFFSET = float(-LOW * _ROLE_POWERS.sum(0).astype(np.float64) @ _ROLE_SCALE)
+#: a row's number: Σ (e_i + 1)·7**i over its 18 entries
+_POWERS = BASE ** np.arange(ROW, dtype=np.int64)
 
 
 def _keys(x: np.ndarray) -> np.ndarray:
-    """(n, 18) float32 → (n,) float64 row numbers Σ (e_i + 1)·7**i: exact integers where
-    every entry is an integer in −1..5, anything where one is not (the caller checks)."""
+    """(n, 18) float32 → (n,) int64 row numbers: exact where every entry is an integer in
+    −1..5, anything where one is not (the caller checks by decoding). Integer arithmetic,
+    not BLAS: BLAS's threads would spin on the core that inflates the next chunk."""
     with np.errstate(invalid="ignore", over="ignore"):
-        return (x @ _ROLE_POWERS).astype(np.float64) @ _ROLE_SCALE + _OFFSET
+        return (x.astype(np.int8).astype(np.int64) - LOW) @ _POWERS
 
 
 class _TooMany(Exception):
@@ -112,7 +110,7 @@ def _build(src: BinaryIO, shape: tuple[int, int], dtype: np.dtype, out: BinaryIO
     what inflating the member costs."""
     n = shape[0] * shape[1]
     limit = np.iinfo(codes_dtype).max + 1
-    known = np.empty(0)  # row numbers seen so far, sorted
+    known = np.empty(0, np.int64)  # row numbers seen so far, sorted
     code = np.empty(0, np.int64)  # the code of each, given in order of appearance
     item = dtype.itemsize * ROW
     sizes = [min(CHUNK_ROWS, n - lo) for lo in range(0, n, CHUNK_ROWS)]
@@ -137,8 +135,6 @@ def _build(src: BinaryIO, shape: tuple[int, int], dtype: np.dtype, out: BinaryIO
                     np.zeros(len(keys), bool)
                 if not seen.all():  # new rows: number them in order of appearance
                     new = np.unique(keys[~seen])
-                    if not np.isfinite(new).all():
-                        return False
                     code = np.concatenate([code, len(known) + np.arange(len(new))])
                     known = np.concatenate([known, new])
                     order = np.argsort(known, kind="stable")
@@ -146,14 +142,14 @@ def _build(src: BinaryIO, shape: tuple[int, int], dtype: np.dtype, out: BinaryIO
                     if len(known) > limit:
                         raise _TooMany
                     pos = np.searchsorted(known, keys)
-                decoded = np.take(decode(known.astype(np.int64)), pos, axis=0)
+                decoded = np.take(decode(known), pos, axis=0)
                 if not np.array_equal(decoded.view(np.uint32), x.view(np.uint32)):
                     return False  # a value outside −1..5, a fraction, −0.0 or NaN
                 f.write(code[pos].astype(codes_dtype).tobytes())
         with zf.open("rows.npy", "w") as f:
             in_order = np.empty_like(known)
             in_order[code] = known
-            np.lib.format.write_array(f, decode(in_order.astype(np.int64)))
+            np.lib.format.write_array(f, decode(in_order))
     return True
 
 
