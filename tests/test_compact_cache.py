@@ -197,3 +197,16 @@ def test_a_corrupt_member_is_refused_naming_its_key_and_caches_nothing(tmp_path,
     with pytest.raises(GraphFileError, match="node_config_feat"):
         read_graph(path)
     assert not list(cache_dir().glob("*.compact.npz"))
+
+
+def test_the_official_baselines_feature_fit_is_the_same_from_either_form(monkeypatch):
+    from graphcost.data.features import FeatureTransform
+
+    files = sorted((BUNDLED / "default" / "train").glob("*.npz"))[:12]
+    fits = []
+    for form in ("1", "0"):
+        monkeypatch.setenv("GRAPHCOST_COMPACT_CACHE", form)
+        fits.append(FeatureTransform.fit([read_graph(f) for f in files], "minmax"))
+    a, b = (f.layout_config_columns for f in fits)
+    assert np.array_equal(a.keep, b.keep) and a.keep.size > 0
+    assert all(np.array_equal(getattr(a, k), getattr(b, k)) for k in vars(a))

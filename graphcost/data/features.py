@@ -14,6 +14,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from graphcost.formats import Graph, TileGraph
+from graphcost.formats.compact import CompactConfigs
 from graphcost.formats.records import row_blocks
 
 SHAPE_DIMS = slice(21, 27)
@@ -154,6 +155,8 @@ class FeatureTransform:
             nodes.add(g.node_feat if minmax else repad_layout(g.node_feat))
             if isinstance(g, TileGraph):
                 configs.add(g.config_feat)
+            elif isinstance(g.node_config_feat, CompactConfigs) and minmax:
+                layout.add(g.node_config_feat.rows)  # every value a config has: min, max
             elif minmax:  # block by block: a graph's configs may not fit in memory
                 for _, block in row_blocks(g.node_config_feat):
                     layout.add(block.reshape(-1, 18))
