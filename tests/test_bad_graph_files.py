@@ -333,6 +333,6 @@ def test_a_later_extraction_removes_parts_left_by_a_killed_writer(layout_graph, 
         (live,) = set(cache_dir().glob(".4567ef01.*.part"))
         assert live.exists()
     assert not left.exists() and other_host.exists()
-    assert len(list(cache_dir().glob("[0-9a-f]*.np[yz]"))) == 2  # converted, and the live one
+    assert len(list(cache_dir().glob("[0-9a-f]*.[nc][po]*"))) == 2  # converted, and the live one
     np.testing.assert_array_equal(read_graph(path).node_config_feat,
                                   layout_graph.node_config_feat)

@@ -13,22 +13,24 @@ import pytest
 from click.testing import CliRunner
 
 from graphcost.bench.replica import (
-    PUBLISHED,
-    SPLITS,
-    Published,
     ReplicaResult,
-    chosen,
-    clipped_lognormal,
-    collection_dir,
-    collection_shapes,
     disk_bytes,
     format_summary,
     run_path,
     run_step,
     summarise,
-    write_replica,
 )
 from graphcost.cli import main
+from graphcost.data.replica import (
+    PUBLISHED,
+    SPLITS,
+    Published,
+    chosen,
+    clipped_lognormal,
+    collection_dir,
+    collection_shapes,
+    write_replica,
+)
 from graphcost.formats.npz import member_header
 
 SMALL = Published((3, 2, 2), (300, 100, 600), (120, 40, 400))

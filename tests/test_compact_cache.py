@@ -44,7 +44,7 @@ def test_every_bundled_layout_file_is_compact_and_gives_exactly_its_configs(coll
         want = plain(path, monkeypatch)
         assert feat.shape == want.shape and np.array_equal(bits(feat), bits(want)), path
         assert feat.codes.dtype == np.uint16 and feat.codes.nbytes * 36 == want.nbytes
-    entries = sorted(cache_dir().glob("*.compact.npz"))
+    entries = sorted(cache_dir().glob("*.compact"))
     assert len(entries) == len(files)
     copies = sum(f.stat().st_size for f in cache_dir().glob("*.npy"))
     assert sum(e.stat().st_size for e in entries) < copies / 2  # small files: headers
@@ -71,7 +71,7 @@ def test_a_value_the_compact_form_cannot_hold_falls_back_to_the_plain_copy(
     feat = read_graph(path).node_config_feat
     assert isinstance(feat, np.memmap)
     assert np.array_equal(bits(feat), bits(layout_graph.node_config_feat))
-    assert not list(cache_dir().glob("*.compact.npz")) and not list(cache_dir().glob(".*part"))
+    assert not list(cache_dir().glob("*.compact")) and not list(cache_dir().glob(".*part"))
     monkeypatch.setattr(compact, "build", lambda *a: pytest.fail("compacted again"))
     assert isinstance(read_graph(path).node_config_feat, np.memmap)  # tried once only
 
@@ -125,11 +125,11 @@ def test_a_build_killed_midway_leaves_no_entry_and_the_next_read_builds_it_whole
     killed = subprocess.run([sys.executable, "-c", _KILLED_BUILD, path], timeout=120)
     assert killed.returncode == -9
     (left,) = cache_dir().glob(".*.part")  # the half entry, under its writer's name
-    assert not list(cache_dir().glob("*.compact.npz"))
+    assert not list(cache_dir().glob("*.compact"))
     feat = read_graph(path).node_config_feat
     assert isinstance(feat, CompactConfigs)
     assert np.array_equal(bits(feat), bits(layout_graph.node_config_feat))
-    assert not left.exists() and len(list(cache_dir().glob("*.compact.npz"))) == 1
+    assert not left.exists() and len(list(cache_dir().glob("*.compact"))) == 1
 
 
 def test_training_and_scoring_from_compact_configs_equal_those_from_the_plain_copy(
@@ -196,7 +196,7 @@ def test_a_corrupt_member_is_refused_naming_its_key_and_caches_nothing(tmp_path,
     path.write_bytes(bytes(data))
     with pytest.raises(GraphFileError, match="node_config_feat"):
         read_graph(path)
-    assert not list(cache_dir().glob("*.compact.npz"))
+    assert not list(cache_dir().glob("*.compact"))
 
 
 def test_the_official_baselines_feature_fit_is_the_same_from_either_form(monkeypatch):

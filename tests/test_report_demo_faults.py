@@ -13,16 +13,15 @@ import pytest
 from click.testing import CliRunner
 from conftest import refused
 
-from graphcost.bench.replica import (
+from graphcost.bench.replica import disk_bytes, replica_bytes
+from graphcost.cli import main
+from graphcost.data.replica import (
     Published,
     chosen,
     collection_dir,
     collection_shapes,
-    disk_bytes,
-    replica_bytes,
     write_replica,
 )
-from graphcost.cli import main
 from graphcost.data.synthetic import write_collection
 from graphcost.demo import demo_collections
 from graphcost.eval.crossval import compare_crossval, format_comparison

@@ -12,9 +12,9 @@ every value bit for bit against its decoded row, so a file with any other value
 (a fraction, −0.0, NaN) is not compacted (`build` returns None) and the reader falls
 back to the plain uncompressed copy.
 
-The cache entry is one uncompressed `.npz` (members `codes` and `rows`), written whole
-or not at all, whose `codes` are memory-mapped in place: indexing a few configs reads
-only their rows of codes.
+The cache entry, `KEY.compact`, is an uncompressed zip of `codes.npy` and `rows.npy` (an
+`.npz` as `np.savez` writes it), written whole or not at all, whose `codes` are
+memory-mapped in place: indexing a few configs reads only their rows of codes.
 """
 
 from __future__ import annotations
