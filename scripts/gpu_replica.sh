@@ -27,7 +27,12 @@ rows = {d: json.load(open(f"{sys.argv[1]}/{d}/replica.json"))["layout:xla:random
         ["caches"]["compact"] for d in ("cuda", "cpu")}
 print(f"{'step':<24} {'wall s cuda/cpu':>16} {'last epoch s':>14} {'peak RSS MB':>13} "
       "peak GPU MB")
-for g, c in zip(rows["cuda"]["steps"], rows["cpu"]["steps"], strict=True):
+cpu = {s["step"]: s for s in rows["cpu"]["steps"]}
+for g in rows["cuda"]["steps"]:
+    c = cpu.get(g["step"])
+    if c is None:
+        print(f"{g['step']:<24} on CUDA only")
+        continue
     ep = (f"{g['epoch_s']:.1f}/{c['epoch_s']:.1f}" if g["epoch_s"] is not None
           and c["epoch_s"] is not None else "")
     gpu = "" if g["peak_gpu_mb"] is None else f"{g['peak_gpu_mb']:.0f}"
