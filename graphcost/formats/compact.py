@@ -9,7 +9,7 @@ keeps the distinct rows (`rows`, float32) and a (c, nc) array of row numbers (`c
 uint16: 2 bytes instead of 72; uint32 where a file has more than 65,536 distinct rows).
 `CompactConfigs` gives back exactly the float32 array the file holds: the build checks
 every value bit for bit against its decoded row, so a file with any other value
-(a fraction, −0.0, NaN) is not compacted (`build` returns None) and the reader falls
+(a fraction, −0.0, NaN) is not compacted (`build` returns False) and the reader falls
 back to the plain uncompressed copy.
 
 The cache entry, `KEY.compact`, is an uncompressed zip of `codes.npy` and `rows.npy` (an
@@ -111,7 +111,7 @@ def _build(src: BinaryIO, shape: tuple[int, int], dtype: np.dtype, out: BinaryIO
     n = shape[0] * shape[1]
     limit = np.iinfo(codes_dtype).max + 1
     known = np.empty(0, np.int64)  # row numbers seen so far, sorted
-    code = np.empty(0, np.int64)  # the code of each, given in order of appearance
+    code = np.empty(0, np.int64)  # the code of each: rows of earlier chunks come first
     item = dtype.itemsize * ROW
     sizes = [min(CHUNK_ROWS, n - lo) for lo in range(0, n, CHUNK_ROWS)]
     with zipfile.ZipFile(out, "w", zipfile.ZIP_STORED) as zf, ThreadPoolExecutor(1) as pool:
@@ -133,7 +133,7 @@ def _build(src: BinaryIO, shape: tuple[int, int], dtype: np.dtype, out: BinaryIO
                 pos = np.searchsorted(known, keys)
                 seen = known[np.minimum(pos, len(known) - 1)] == keys if len(known) else \
                     np.zeros(len(keys), bool)
-                if not seen.all():  # new rows: number them in order of appearance
+                if not seen.all():  # new rows: numbered after those seen before
                     new = np.unique(keys[~seen])
                     code = np.concatenate([code, len(known) + np.arange(len(new))])
                     known = np.concatenate([known, new])

@@ -30,7 +30,7 @@ class Inflated:
     PIECE = 1 << 18  # compressed bytes per zlib call
 
     def __init__(self, path: Path, info: zipfile.ZipInfo):
-        self.path, self.info = path, info
+        self.info = info
         self.f = open(path, "rb")
         self.seek(0)
 

@@ -353,14 +353,14 @@ def open_configs(path: str | Path) -> np.ndarray | CompactConfigs:
             shape, fortran, dtype = _header(zf, path, key)
             info = zf.getinfo(key + ".npy")
             if info.compress_type != zipfile.ZIP_STORED and not fortran and len(shape) == 3:
-                compact = _compact_cached(path, zf, info, shape, dtype)
+                compact = _compact_cached(path, info, shape, dtype)
                 if compact is not None:
                     return compact
     return open_member_mmap(path, key)
 
 
-def _compact_cached(path: Path, zf: zipfile.ZipFile, info: zipfile.ZipInfo,
-                    shape: tuple[int, ...], dtype: np.dtype) -> CompactConfigs | None:
+def _compact_cached(path: Path, info: zipfile.ZipInfo, shape: tuple[int, ...],
+                    dtype: np.dtype) -> CompactConfigs | None:
     """The member's compact cache entry, built on first use; None where its values
     cannot be compacted (then, and from then on, the uncompressed copy is used)."""
     key = _version_key(path, info.filename)
@@ -368,6 +368,7 @@ def _compact_cached(path: Path, zf: zipfile.ZipFile, info: zipfile.ZipInfo,
     if not entry.exists():
         if (cache_dir() / (key + ".npy")).exists():  # compacting it failed before
             return None
+
         def write(out: BinaryIO) -> None:
             with Inflated(path, info) as src:
                 _read_npy_header(src)
