@@ -304,8 +304,8 @@ def summarise(name: str, shapes: Sequence[Shape], subset: Sequence[Shape],
     replica's graphs; none from graphs whose configs were capped (`max_configs`)."""
     kind = name.split(":")[0]
 
-    def ratio(step: str, attr: str | None = None) -> float:
-        splits, attr = SCALES_WITH[step.split()[0]] if attr is None else (SPLITS, attr)
+    def ratio(step: str) -> float:
+        splits, attr = SCALES_WITH[step.split()[0]]
         if attr == "config_bytes" and kind == "tile":
             attr = "configs"
         whole, part = ([sum(1 if attr == "graphs" else getattr(s, attr)
@@ -331,8 +331,9 @@ def summarise(name: str, shapes: Sequence[Shape], subset: Sequence[Shape],
         "largest": {"nodes": max(s.nodes for s in subset),
                     "configs": max(s.configs for s in subset)},
         "files_mb": file_bytes / 2**20, "write_s": write_seconds,
-        # the download, compressed as published: its configs dominate, so it scales so
-        "projected_files_gb": file_bytes * ratio("validate", "config_bytes") / 2**30,
+        # the download, compressed as published: its configs dominate, so it scales as
+        # validate's work does
+        "projected_files_gb": file_bytes * ratio("validate") / 2**30,
         "max_configs": max_configs,
         "caches": {c: form(c) for c in steps},
     }

@@ -254,7 +254,6 @@ def bench_search(table: str | Path, data: str | Path, out: str | Path,
                              confirm_k=confirm_k, confirmed=confirmed)
 
 
-
 def confirm_choices(programs: list[dict[str, Any]], strategies: Sequence[str], k: int,
                     headroom: float, protocol: Protocol, core: int | None,
                     say: Callable[[str], Any]) -> dict[str, Any]:

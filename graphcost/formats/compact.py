@@ -112,6 +112,7 @@ def _build(src: BinaryIO, shape: tuple[int, int], dtype: np.dtype, out: BinaryIO
     limit = np.iinfo(codes_dtype).max + 1
     known = np.empty(0, np.int64)  # row numbers seen so far, sorted
     code = np.empty(0, np.int64)  # the code of each: rows of earlier chunks come first
+    table = decode(known)  # the row of each, decoded once per new row
     item = dtype.itemsize * ROW
     sizes = [min(CHUNK_ROWS, n - lo) for lo in range(0, n, CHUNK_ROWS)]
     with zipfile.ZipFile(out, "w", zipfile.ZIP_STORED) as zf, ThreadPoolExecutor(1) as pool:
@@ -141,8 +142,9 @@ def _build(src: BinaryIO, shape: tuple[int, int], dtype: np.dtype, out: BinaryIO
                     known, code = known[order], code[order]
                     if len(known) > limit:
                         raise _TooMany
+                    table = decode(known)
                     pos = np.searchsorted(known, keys)
-                decoded = np.take(decode(known), pos, axis=0)
+                decoded = np.take(table, pos, axis=0)
                 if not np.array_equal(decoded.view(np.uint32), x.view(np.uint32)):
                     return False  # a value outside −1..5, a fraction, −0.0 or NaN
                 f.write(code[pos].astype(codes_dtype).tobytes())
