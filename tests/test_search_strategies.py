@@ -187,9 +187,11 @@ def test_confirm_times_each_strategys_choice_again_with_the_default():
     from graphcost.bench.search import confirm_choices
     from graphcost.xla.timing import Protocol
 
+    isa = [k.name for k in OPTION_KNOBS].index("max_isa")
+    sse = [2 if i == isa else 0 for i in range(len(OPTION_KNOBS))]
     programs = [{"name": "mlp.000", "optimum": 2.0,
-                 "choices": {"random": [0] * 9 + [2], "coordinate": [0] * 9 + [2],
-                             "tpe": [0] * 10}}]
+                 "choices": {"random": sse, "coordinate": sse,
+                             "tpe": [0] * len(OPTION_KNOBS)}}]
     said = []
     c = confirm_choices(programs, ["random", "coordinate", "tpe"], 10, 1.1,
                         Protocol(warmup=1, runs=3, rounds=3, max_run_s=30), None, said.append)

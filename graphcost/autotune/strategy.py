@@ -29,7 +29,11 @@ from typing import Protocol
 
 import numpy as np
 
+from graphcost.errors import UserError
+
 OptionsConfig = tuple[int, ...]
+#: every strategy by name; the ones starting "model" need a cost model's scores
+STRATEGIES = ("random", "coordinate", "tpe", "model", "model-online", "model-coordinate")
 
 
 class Strategy(Protocol):
@@ -235,3 +239,24 @@ class ModelCoordinate(_Base):
         if moves:
             return min(moves, key=lambda c: (self.score[c], c))
         return self.fallback.ask()
+
+
+def make_strategy(name: str, candidates: Sequence[OptionsConfig], choices: Sequence[int],
+                  seed: int = 0, scores: Sequence[float] | None = None) -> Strategy:
+    """The strategy `name` of STRATEGIES over `candidates` (`choices`: values per knob;
+    `scores`: a cost model's score of each candidate, for the model strategies)."""
+    if name == "random":
+        return RandomSearch(candidates, seed)
+    if name == "coordinate":
+        return CoordinateSearch(candidates, choices, seed)
+    if name == "tpe":
+        return TpeSearch(candidates, choices, seed)
+    if name not in STRATEGIES:
+        raise UserError(f"unknown strategy {name!r}; expected one of {', '.join(STRATEGIES)}")
+    if scores is None:
+        raise UserError(f"strategy {name!r} needs a cost model's scores: give a model")
+    if name == "model":
+        return ModelOrder(candidates, scores, seed)
+    if name == "model-online":
+        return ModelOnline(candidates, scores, choices, seed)
+    return ModelCoordinate(candidates, scores, seed)

@@ -29,15 +29,7 @@ from typing import Any
 
 import numpy as np
 
-from graphcost.autotune.strategy import (
-    CoordinateSearch,
-    ModelCoordinate,
-    ModelOnline,
-    ModelOrder,
-    RandomSearch,
-    Strategy,
-    TpeSearch,
-)
+from graphcost.autotune.strategy import STRATEGIES, Strategy, make_strategy
 from graphcost.bench import BenchResult
 from graphcost.data.collection import open_collection
 from graphcost.data.families import family_of
@@ -51,8 +43,8 @@ from graphcost.train.settings import TrainSettings
 from graphcost.xla.configs import OPTION_KNOBS, option_choices
 from graphcost.xla.timing import Protocol
 
-STRATEGIES = ("random", "coordinate", "tpe", "model", "model-online", "model-coordinate")
 BUDGETS = (1, 2, 3, 5, 10, 20, 50)
+CHOICES = [len(k.choices) for k in OPTION_KNOBS]
 
 
 @dataclasses.dataclass
@@ -131,27 +123,6 @@ def anytime(strategy: Strategy, table: Table, budget: int
     short = budget - len(curve)
     return (np.array(curve + [curve[-1] if curve else 1.0] * short),
             bests + [bests[-1] if bests else table.configs[table.default]] * short)
-
-
-def make_strategy(name: str, table: Table, seed: int,
-                  scores: np.ndarray | None = None) -> Strategy:
-    """A strategy of STRATEGIES over the table's configs."""
-    choices = [len(k.choices) for k in OPTION_KNOBS]
-    if name == "random":
-        return RandomSearch(table.configs, seed)
-    if name == "coordinate":
-        return CoordinateSearch(table.configs, choices, seed)
-    if name == "tpe":
-        return TpeSearch(table.configs, choices, seed)
-    if scores is None:
-        raise ValueError(f"{name} needs a model's scores")
-    if name == "model":
-        return ModelOrder(table.configs, scores, seed)
-    if name == "model-online":
-        return ModelOnline(table.configs, scores, choices, seed)
-    if name == "model-coordinate":
-        return ModelCoordinate(table.configs, scores, seed)
-    raise UserError(f"unknown strategy {name!r}; expected one of {', '.join(STRATEGIES)}")
 
 
 @dataclasses.dataclass
@@ -234,7 +205,8 @@ def bench_search(table: str | Path, data: str | Path, out: str | Path,
         choices: dict[str, list[int]] = {}
         for s in strategies:
             model_run = s.startswith("model")
-            runs = [anytime(make_strategy(s, t, seed, scores[i] if model_run else None), t,
+            runs = [anytime(make_strategy(s, t.configs, CHOICES, seed,
+                                           scores[i] if model_run else None), t,
                             budget)
                     for i, seed in enumerate(seeds if model_run else range(draws))]
             curves[s] = np.exp(np.mean([np.log(c) for c, _ in runs], axis=0)).tolist()

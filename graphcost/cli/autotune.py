@@ -5,30 +5,41 @@ from __future__ import annotations
 import click
 
 from graphcost.atomic import check_writable, write_json
-from graphcost.cli.options import autotune_options, pin
+from graphcost.cli.options import autotune_options, comma_list, pin
 
 
 @click.command("autotune")
 @click.argument("spec", metavar="MODULE:FUNCTION|PROGRAM")
-@click.option("--model", "model_path", required=True,
+@click.option("--model", "model_path", default=None,
               type=click.Path(exists=True, dir_okay=False),
-              help="A saved model: layout models tune layouts, tile models compiler options.")
+              help="A saved model. A layout model tunes layouts (its top --k of --samples "
+                   "measured); an options model is used by the model strategies.")
+@click.option("--budget", type=click.IntRange(min=1), default=10, show_default=True,
+              help="Compiler options: executables to time beyond the default.")
+@click.option("--strategy", default=None,
+              help="Compiler options: the search, one of graphcost.autotune.strategy's "
+                   "(default: coordinate; random, tpe; the model ones need --model).")
 @click.option("--out", default="autotune.json", show_default=True,
               type=click.Path(dir_okay=False), help="Where to write the chosen config.")
 @click.option("--report", "report_path", default=None, type=click.Path(dir_okay=False),
               help="Also write every measurement and figure as JSON.")
-@click.option("--compare", type=click.Choice(["random"]), default=None,
-              help="Also measure K random configs and report the choice against their best "
-                   "(checks the tuner; doubles the measurements).")
+@click.option("--compare", default=None,
+              help="Comma-separated strategies to run beside it on the same budget and "
+                   "confirm with it, e.g. random,tpe (checks the tuner; multiplies the "
+                   "measuring). With a layout model: random only.")
 @autotune_options
-def autotune_cmd(spec: str, model_path: str, out: str, report_path: str | None,
-                 compare: str | None, k: int, samples: int, evaluations: int, runs: int,
-                 warmup: int, core: int | None, no_pin: bool, seed: int, confirm_rounds: int,
-                 batches: int) -> None:
-    """Search a program's configs with a model, measure the best, write the chosen config.
+def autotune_cmd(spec: str, model_path: str | None, budget: int, strategy: str | None, out: str,
+                 report_path: str | None, compare: str | None, k: int, samples: int,
+                 evaluations: int, runs: int, warmup: int, core: int | None, no_pin: bool,
+                 seed: int, confirm_rounds: int, batches: int) -> None:
+    """Tune a program's compiler options (or, with a layout model, its layouts); write the
+    chosen config.
 
     SPEC is MODULE:FUNCTION (FUNCTION returns (callable, example_args)) or a zoo
-    program name such as mlp.000.
+    program name such as mlp.000. Compiler options are searched while measuring:
+    --strategy asks for a config, it is compiled and timed beside the default, up to
+    --budget executables; the best is kept only if it is clearly faster than the
+    default in fresh rounds (graphcost.autotune.online).
     """
     core = pin(core, no_pin)
     for path in (out, report_path):  # refused before the measuring, not after it
@@ -36,23 +47,45 @@ def autotune_cmd(spec: str, model_path: str, out: str, report_path: str | None,
             check_writable(path)
     from graphcost.autotune.chosen import how_to_apply, save_config
     from graphcost.autotune.program import load_target
-    from graphcost.autotune.tune import autotune, format_result
     from graphcost.xla.timing import Protocol
 
+    compared = comma_list(compare)
+    protocol = Protocol(warmup, runs)
     try:
         name, fn, args = load_target(spec)
-        result = autotune(fn, args, model_path, name=name, k=k, samples=samples,
-                          evaluations=evaluations, protocol=Protocol(warmup, runs), seed=seed,
-                          confirm_rounds=confirm_rounds, batches=batches,
-                          compare_random=compare == "random", log=click.echo)
+        if model_path and _is_layout_model(model_path):
+            from graphcost.autotune.tune import autotune, format_result
+
+            if set(compared) - {"random"}:
+                raise click.BadParameter("a layout model compares with random only",
+                                         param_hint="--compare")
+            result = autotune(fn, args, model_path, name=name, k=k, samples=samples,
+                              evaluations=evaluations, protocol=protocol, seed=seed,
+                              confirm_rounds=confirm_rounds, batches=batches,
+                              compare_random=bool(compared), log=click.echo)
+            click.echo(format_result(result))
+        else:
+            from graphcost.autotune.online import DEFAULT_STRATEGY, format_online, tune_online
+
+            result = tune_online(fn, args, budget=budget, strategy=strategy or DEFAULT_STRATEGY,
+                                 compare=compared, model=model_path, name=name,
+                                 protocol=protocol, confirm_rounds=confirm_rounds,
+                                 core=core, seed=seed, log=click.echo)
+            click.echo(format_online(result))
     except (ImportError, RuntimeError) as e:  # an unimportable module; the default failed
         raise click.ClickException(str(e)) from None
-    click.echo(format_result(result))
     save_config(result.config, out)
     click.echo(f"wrote {out}" + (f" (pinned to core {core})" if core is not None else ""))
     click.echo(how_to_apply(result.config, out))
     if report_path:
         write_json(result.to_dict(), report_path)
+
+
+def _is_layout_model(path: str) -> bool:
+    from graphcost.kinds import space_of
+    from graphcost.models.model import Model
+
+    return space_of(Model.load(path).kind) == "layout"
 
 
 @click.command("apply")

@@ -355,7 +355,11 @@ class Knob:
 #: runtime of at least one of 10 zoo programs by more than 10% except `fast_math` (at
 #: most 8%, kept: tests use it as the codegen-only option); dropped because they never
 #: did (at most 7%, within noise): `xla_llvm_disable_expensive_passes`,
-#: `xla_cpu_strict_dot_conv_math`.
+#: `xla_cpu_strict_dot_conv_math`. `ynn_fusion`'s fusion types and `no_platform_math`
+#: came from `bench knobs` (each ≥ 5% faster beyond noise on some zoo programs: train_cnn
+#: with INDIVIDUAL_CONVOLUTION, pyramid and cnn_nchw with portable math). Codes only grow:
+#: a config stored before a knob or value was added keeps its features.
+_YNN = "LIBRARY_FUSION_TYPE_"
 OPTION_KNOBS: tuple[Knob, ...] = (
     Knob("no_fusion", "disable:fusion", (None, True), (0, 1)),
     Knob("no_dot_library_rewriter", "disable:dot-library-rewriter", (None, True), (0, 1)),
@@ -363,11 +367,17 @@ OPTION_KNOBS: tuple[Knob, ...] = (
     Knob("backend_optimization_level", "xla_backend_optimization_level",
          (None, 0, 1, 2), (3, 0, 1, 2)),
     Knob("prefer_vector_width", "xla_cpu_prefer_vector_width", (None, 128, 512), (1, 0.5, 2)),
-    Knob("no_ynn_fusion", "xla_cpu_experimental_ynn_fusion_type", (None, ""), (0, 1)),
+    # what YNNPACK fuses: unset (DOT,ELTWISE,REDUCE), nothing, or one fusion type
+    Knob("ynn_fusion", "xla_cpu_experimental_ynn_fusion_type",
+         (None, "", _YNN + "DOT", _YNN + "REDUCE", _YNN + "INDIVIDUAL_DOT",
+          _YNN + "INDIVIDUAL_CONVOLUTION"), (0, 1, 2, 3, 4, 5)),
     Knob("no_xnn_fusion", "xla_cpu_experimental_xnn_fusion_type", (None, ""), (0, 1)),
     Knob("fast_math", "xla_cpu_enable_fast_math", (None, True), (0, 1)),
     Knob("no_fusion_emitters", "xla_cpu_use_fusion_emitters", (None, False), (0, 1)),
     Knob("max_isa", "xla_cpu_max_isa", (None, "SSE4_2", "AVX", "AVX2"), (0, 1, 2, 3)),
+    # portable math codegen: same HLO, 1.3-1.6x faster on cnn_nchw, pyramid, train_cnn,
+    # 0.7-0.9x on depthwise, grouped_conv, unet
+    Knob("no_platform_math", "xla_cpu_enable_platform_dependent_math", (None, False), (0, 1)),
 )
 OptionsConfig = tuple[int, ...]  # one choice index per knob; all 0 = default
 
@@ -377,7 +387,6 @@ OptionsConfig = tuple[int, ...]  # one choice index per knob; all 0 = default
 #: one of each of the 24 families, 6 rounds, "faster" = 95% interval above 1): each value
 #: compiles and changed the HLO or the speed of some program. Values are typed as the
 #: DebugOptions field: enums by name, a list of enums as comma-separated names.
-_YNN = "LIBRARY_FUSION_TYPE_"
 CANDIDATE_KNOBS: tuple[Knob, ...] = (
     # jax sets it False (NaN-propagating min/max); True: plain vector min/max (relu, max
     # pooling, softmax's max). New HLO on 12 of 47 programs; no speed change seen yet.
@@ -385,21 +394,12 @@ CANDIDATE_KNOBS: tuple[Knob, ...] = (
     # a memory-optimized schedule (buffers reused sooner): new order on 23 of 24 programs
     Knob("scheduler", "xla_cpu_scheduler_type", (None, "CPU_SCHEDULER_TYPE_MEMORY_OPTIMIZED"),
          (0, 1)),
-    # what YNNPACK fuses (by default DOT,ELTWISE,REDUCE; "" is no_ynn_fusion above): each
-    # value >= 5% faster on 2-3 programs (embedding 2.2x with INDIVIDUAL_DOT, grouped_conv
-    # 1.2x, mlp 1.1x), slower on others; DOT,ELTWISE and ELTWISE never 5% faster
-    Knob("ynn_fusion", "xla_cpu_experimental_ynn_fusion_type",
-         (None, _YNN + "DOT", _YNN + "REDUCE", _YNN + "INDIVIDUAL_DOT",
-          _YNN + "INDIVIDUAL_CONVOLUTION"), (0, 1, 2, 3, 4)),
     # copy insertion drops copies of loop state: new HLO for scans and loops (rnn, gnn)
     Knob("region_copy_insertion", "xla_cpu_copy_insertion_use_region_analysis",
          (None, True), (0, 1)),
     # experimental codegen tiling: same HLO, 9 of 24 programs slower (none faster yet)
     Knob("tiling_propagation", "xla_cpu_experimental_enable_tiling_propagation",
          (None, True), (0, 1)),
-    # portable math codegen: same HLO, 1.3-1.5x faster on cnn_nchw, pyramid, train_cnn,
-    # 0.7-0.9x on depthwise, grouped_conv, unet
-    Knob("no_platform_math", "xla_cpu_enable_platform_dependent_math", (None, False), (0, 1)),
 )
 #: Rejected. "No such compile option": xla_cpu_ + use_multi_output_fusion, flatten_after_
 #: fusion, fold_all_constants, small_while_loop_byte_threshold, disable_slp_vectorizer,

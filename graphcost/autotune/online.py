@@ -1,0 +1,305 @@
+"""Tune a program's compiler options by searching while measuring, within a budget.
+
+    program ─► default compiled and fingerprinted
+            ─► loop: strategy.ask() ─► compile ─► same executable as one timed? reuse
+                     : else time it beside the default ─► strategy.tell(config, ratio)
+                 until `budget` new executables were timed
+            ─► confirmation: the default and the best found, timed again together in
+               fresh rounds; the best is chosen only if it is clearly faster there
+
+This is the tuner `graphcost bench search` judges offline on a table, run on a live
+program: the same strategies (`autotune.strategy`), the same count (the default is
+free; the budget K counts distinct executables timed after it), with measurement in
+place of lookup. Each config is timed in the same rounds as the default, so what a
+strategy is told is its runtime relative to the default's, free of the drift between
+measurements minutes apart.
+
+`compare` runs other strategies on the same budget beside the first, taking turns
+measurement by measurement (so drift favours none), an executable timed for one arm
+reused by another; all bests are confirmed in the same fresh rounds. It checks the
+tuner against the searches a user would try first (random, Optuna's TPE) and doubles
+or triples the measuring, so it is off by default.
+
+The default strategy is coordinate search: on the table (`docs/results.md`, "Search
+strategies on a table of the options space") it found the most from K = 2 to 20 and
+needs no model; the model strategies need a cost model's scores of the whole space.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import asdict, dataclass, field
+from typing import Any
+
+import numpy as np
+
+from graphcost.autotune.program import Tunable, _executable_and_inputs, pinned, prepare
+from graphcost.autotune.strategy import STRATEGIES, OptionsConfig, Strategy, make_strategy
+from graphcost.autotune.tune import MIN_GAIN, confirm
+from graphcost.errors import UserError
+from graphcost.stats import ratio_interval
+from graphcost.xla.fingerprint import fingerprint
+from graphcost.xla.timing import AUTOTUNING, Protocol, error_line, time_executables
+
+DEFAULT_STRATEGY = "coordinate"
+#: proposals an arm may make in a row that reuse an executable already timed: past this,
+#: the arm is taken to have nothing new to offer (its remaining space is all duplicates)
+MAX_REPEATS = 200
+
+
+@dataclass
+class Step:
+    """One proposal an arm measured (or reused): the default is step 0 of every arm."""
+
+    arm: str
+    k: int  # executables this arm has timed after the default, this one included
+    config: list[int]  # one choice index per knob
+    ratio: float  # runtime / the default's runtime, timed together; inf when it failed
+    best: float  # the lowest ratio this arm has seen so far
+    status: str = "ok"  # ok, or why it failed: compile, run, mismatch, timeout
+    error: str = ""
+
+
+@dataclass
+class OnlineResult:
+    """The chosen config, each arm's path and the confirmation behind the figures."""
+
+    program: str
+    budget: int
+    strategy: str
+    arms: list[str]  # the strategy first, then the compared ones
+    config: dict[str, Any]  # the chosen config, as `apply` and `save_config` take it
+    chosen: list[int]  # its knob choices (all zeros: the default was kept)
+    steps: list[Step]
+    bests: dict[str, list[int]]  # arm -> the best config it found (by the search's ratios)
+    confirmed: dict[str, list[float]]  # "default" and each arm -> runtime per fresh round (ns)
+    # arm -> [its best's speed-up over the default, 95% low, high] in the confirmation
+    found: dict[str, list[float]]
+    # the same for each arm's choice: its best only if `confirmed_faster`, else the default
+    speedup: dict[str, list[float]]
+    # compared arm -> [the chosen config's speed-up over that arm's choice, low, high]
+    versus: dict[str, list[float]]
+    protocol: dict[str, Any] = field(default_factory=dict)
+    seconds: dict[str, float] = field(default_factory=dict)
+
+    def to_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+    def curve(self, arm: str) -> list[float]:
+        """Best speed-up over the default found after k = 1..budget executables (by the
+        search's own timings)."""
+        best = {s.k: 1 / s.best for s in self.steps if s.arm == arm}
+        out, last = [], 1.0
+        for k in range(1, self.budget + 1):
+            last = best.get(k, last)
+            out.append(last)
+        return out
+
+
+class Measurer:
+    """Compiles configs, and times each new executable in the same rounds as the default."""
+
+    def __init__(self, t: Tunable, protocol: Protocol, core: int | None):
+        self.t, self.protocol, self.core = t, protocol, core
+        self.default = _executable_and_inputs(t.layout, t.default_exe)
+        self.default_key = fingerprint(t.default_exe.as_text(), {})
+        # executable -> (runtime / default's, status, error)
+        self.timed: dict[int, tuple[float, str, str]] = {self.default_key: (1.0, "ok", "")}
+        self.compiled = 0
+
+    def measure(self, config: OptionsConfig) -> tuple[int | None, float, str, str]:
+        """(executable key, runtime / default's, status, error) of `config`; an executable
+        timed before is not timed again; a config that fails to compile has no key."""
+        _, opts = self.t.plan_and_options(config)
+        self.compiled += 1
+        try:
+            exe = self.t.layout.compile({}, opts or None)
+        except Exception as e:  # XLA's errors have no common base class worth naming
+            return None, float("inf"), "compile", error_line(e)
+        key = fingerprint(exe.as_text(), opts)
+        if key not in self.timed:
+            d_exe, d_inputs = self.default
+            c_exe, c_inputs = _executable_and_inputs(self.t.layout, exe)
+            runnable = {"default": (d_exe, lambda: d_inputs), "config": (c_exe, lambda: c_inputs)}
+            with pinned(self.core):
+                res = time_executables(runnable, self.protocol, reference="default")
+            d, r = res["default"], res["config"]
+            if not d.ok:
+                raise RuntimeError(f"{self.t.name}: the default config failed ({d.status}: "
+                                   f"{d.error})")
+            self.timed[key] = ((r.runtime_ns / d.runtime_ns, "ok", "") if r.ok
+                               else (float("inf"), r.status, r.error))
+        return (key, *self.timed[key])
+
+
+def run_arms(strategies: dict[str, Strategy], measurer: Measurer, budget: int,
+             log: Callable[[str], Any]) -> list[Step]:
+    """The arms take turns: each asks until it gets a config of an executable it has
+    not seen, which is measured (or reused from another arm: it still counts, as that
+    arm alone would have timed it) and told; until each has `budget` or nothing new."""
+    default = measurer.t.configs.default()
+    steps, seen, best = [], {}, {}
+    for arm, s in strategies.items():
+        s.tell(default, 1.0)
+        steps.append(Step(arm, 0, list(default), 1.0, 1.0))
+        seen[arm], best[arm] = {measurer.default_key}, 1.0
+    live = dict(strategies)
+    while live:
+        for arm, s in list(live.items()):
+            for _ in range(MAX_REPEATS):
+                config = s.ask()
+                if config is None:
+                    break
+                key, ratio, status, error = measurer.measure(config)
+                s.tell(config, ratio)
+                if key is not None and key in seen[arm]:
+                    continue  # an executable this arm has timed: free, ask again
+                seen[arm].add(key if key is not None else ("failed", config))
+                best[arm] = min(best[arm], ratio)
+                k = len(seen[arm]) - 1
+                steps.append(Step(arm, k, list(config), ratio, best[arm], status, error))
+                log(f"  {arm:>16} {k:>3}/{budget}: "
+                    + (f"{1 / ratio:.3f}x the default" if status == "ok"
+                       else f"failed ({status})") + f"; best so far {1 / best[arm]:.3f}x")
+                break
+            else:
+                config = None  # only executables it has seen: nothing new to offer
+            if config is None or len(seen[arm]) - 1 >= budget:
+                del live[arm]
+    return steps
+
+
+def tune_online(fn: Callable, args: Sequence[Any], *, budget: int = 10,
+                strategy: str = DEFAULT_STRATEGY, compare: Sequence[str] = (),
+                model: Any = None, name: str | None = None, protocol: Protocol | None = None,
+                confirm_rounds: int = 5, core: int | None = None, seed: int = 0,
+                log: Callable[[str], Any] | None = None) -> OnlineResult:
+    """Search `fn(*args)`'s compiler options with `strategy`, timing at most `budget`
+    executables beyond the default, then confirm the best in fresh rounds (module doc).
+    `compare` names strategies run beside it on the same budget; `model` (a `Model` or
+    a saved model's path) is needed by the model strategies only."""
+    arms = list(dict.fromkeys([strategy, *compare]))
+    unknown = [a for a in arms if a not in STRATEGIES]
+    if unknown:
+        raise UserError(f"unknown strategy {', '.join(map(repr, unknown))}; expected one of "
+                        f"{', '.join(STRATEGIES)}")
+    if budget < 1:
+        raise UserError(f"the budget must be at least 1 measurement, got {budget}")
+    if confirm_rounds < 2:
+        raise UserError(f"confirm_rounds must be at least 2 (an interval needs two rounds), "
+                        f"got {confirm_rounds}")
+    needs_model = [a for a in arms if a.startswith("model")]
+    if needs_model and model is None:
+        raise UserError(f"strategy {needs_model[0]!r} ranks configs with a cost model: "
+                        "give one (--model), or use random, coordinate or tpe")
+    protocol = protocol or AUTOTUNING
+    protocol.check()
+    say = log or (lambda _msg: None)
+    name = name or getattr(fn, "__name__", "program")
+    secs: dict[str, float] = {}
+    t0 = time.perf_counter()
+    t = prepare(name, fn, args, "options")
+    candidates = t.configs.enumerate()
+    choices = [len(k.choices) for k in t.configs.knobs]
+    m = _options_model(model) if model is not None else None
+    scores = _model_scores(m, t, candidates, seed) if needs_model else None
+    secs["prepare_s"] = time.perf_counter() - t0
+    if m is not None and not needs_model:
+        say(f"the model is not used by {' and '.join(arms)} search: --strategy "
+            "model-coordinate (or model, model-online) searches with it")
+    say(f"{name}: options space of {len(candidates)} configs over {len(choices)} knobs; "
+        f"{' and '.join(arms)} search{'es' if len(arms) == 1 else ''}, "
+        f"{budget} measurements each")
+    strategies = {a: make_strategy(a, candidates, choices, seed, scores) for a in arms}
+    t0 = time.perf_counter()
+    measurer = Measurer(t, protocol, core)
+    steps = run_arms(strategies, measurer, budget, say)
+    secs["search_s"] = time.perf_counter() - t0
+    bests = {a: min((s for s in steps if s.arm == a), key=lambda s: s.ratio).config
+             for a in arms}
+    say(f"confirming: the default and {len(set(map(tuple, bests.values())))} best found, "
+        f"timed again together in {confirm_rounds} fresh rounds")
+    t0 = time.perf_counter()
+    rounds = confirm(t, {"default": t.configs.default(),
+                         **{a: tuple(c) for a, c in bests.items()}},
+                     dataclasses.replace(protocol, rounds=confirm_rounds), core)
+    secs["confirm_s"] = time.perf_counter() - t0
+    return summarize(t, budget, arms, steps, bests, rounds, protocol, secs)
+
+
+def summarize(t: Tunable, budget: int, arms: list[str], steps: list[Step],
+              bests: dict[str, list[int]], rounds: dict[str, list[float]],
+              protocol: Protocol, secs: dict[str, float]) -> OnlineResult:
+    """Each arm's choice (its best only if clearly faster than the default in the fresh
+    rounds) and the speed-ups, from the confirmation rounds alone."""
+    default = list(t.configs.default())
+    found = {a: list(ratio_interval(rounds["default"], rounds[a])) for a in arms}
+    picked = {a: (bests[a], rounds[a]) if confirmed_faster(*found[a])
+              else (default, rounds["default"]) for a in arms}
+    speedup = {a: list(ratio_interval(rounds["default"], r)) for a, (_, r) in picked.items()}
+    chosen, chosen_rounds = picked[arms[0]]
+    versus = {a: list(ratio_interval(r, chosen_rounds)) for a, (_, r) in picked.items()
+              if a != arms[0]}
+    return OnlineResult(program=t.name, budget=budget, strategy=arms[0], arms=arms,
+                        config=t.config_json(tuple(chosen)), chosen=list(chosen),
+                        steps=steps, bests=bests, confirmed=rounds, found=found,
+                        speedup=speedup,
+                        versus=versus, protocol=asdict(protocol),
+                        seconds={k: round(v, 3) for k, v in secs.items()})
+
+
+def confirmed_faster(speedup: float, low: float, high: float,
+                     min_gain: float = MIN_GAIN) -> bool:
+    """Whether a config confirmed faster than the default: its paired 95% interval over
+    the fresh rounds lies above 1 and the gain exceeds `min_gain` (a tie keeps the
+    default: choosing it risks a slowdown for nothing)."""
+    return bool(low > 1 and speedup > 1 + min_gain)
+
+
+def _options_model(model: Any) -> Any:
+    """The model (a `Model` or a saved model's path), refused unless it ranks options."""
+    from graphcost.autotune.tune import model_space
+    from graphcost.models.model import as_model
+
+    m = as_model(model)
+    if model_space(m, "the model" if m is model else str(model)) != "options":
+        raise UserError(f"{model}: a layout model cannot rank compiler options; give a "
+                        "model trained on an options collection (such as options:cpu)")
+    return m
+
+
+def _model_scores(m: Any, t: Tunable, candidates: list[OptionsConfig],
+                  seed: int) -> np.ndarray:
+    """The cost model's score of every candidate (lower = faster)."""
+    from graphcost.autotune.costmodel import CostModel
+    from graphcost.autotune.tune import SAMPLES
+
+    reference = t.configs.sample(SAMPLES, np.random.default_rng(seed))
+    score = CostModel(m, t, reference).scorer()
+    encoded = t.configs.encode(candidates)
+    return np.concatenate([score(encoded[i:i + 4096]) for i in range(0, len(encoded), 4096)])
+
+
+def format_online(r: OnlineResult) -> str:
+    """Each arm's best by the search, and the confirmed figures."""
+    lines = [f"{r.program}: {r.strategy} search, {r.budget} measurements"
+             + (f"; compared with {', '.join(r.arms[1:])}" if len(r.arms) > 1 else "")]
+    for a in r.arms:
+        searched = 1 / min(s.ratio for s in r.steps if s.arm == a)
+        x, lo, hi = r.found[a]
+        lines.append(f"  {a:>16}: best found {searched:.3f}x the default by the search's "
+                     f"timings, {x:.3f}x [{lo:.3f}, {hi:.3f}] timed again"
+                     + ("" if confirmed_faster(x, lo, hi) else "; not clearly faster: "
+                        "the default is its choice"))
+    for a, (x, lo, hi) in r.versus.items():
+        lines.append(f"  {r.strategy} ÷ {a}: {x:.3f}x [{lo:.3f}, {hi:.3f}]")
+    x, lo, hi = r.speedup[r.strategy]
+    if not any(r.chosen):
+        lines.append("kept the default: nothing found was clearly faster in the fresh rounds")
+    else:
+        lines.append(f"chosen: {r.config.get('options', {})}, {x:.3f}x [{lo:.3f}, {hi:.3f}] "
+                     f"over the default in {len(r.confirmed['default'])} fresh rounds (95% "
+                     "intervals over the rounds)")
+    return "\n".join(lines)
