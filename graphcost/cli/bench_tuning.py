@@ -293,3 +293,47 @@ def bench_search_cmd(table: str, data: str | None, out_dir: str, strategies: str
         click.echo(f"wrote {plot_search(result, plot_path)}")
     if json_path:
         write_json(result.to_json(), json_path)
+
+
+@bench.command("online")
+@click.option("--programs", "spec", default=None,
+              help="MODULE:FUNCTION returning (name, callable, example_args) entries "
+                   "(default: the zoo, --per-family programs of each family)")
+@click.option("--per-family", type=click.IntRange(min=1), default=1, show_default=True)
+@click.option("--out", "out_dir", type=click.Path(file_okay=False), required=True,
+              help="rows are kept in OUT/online.json; a rerun with the same settings reuses them")
+@click.option("--strategies", default="coordinate,random,tpe", show_default=True,
+              help="comma-separated, of autotune.strategy's: the first is judged against "
+                   "the others")
+@click.option("--budget", type=click.IntRange(min=1), default=10, show_default=True,
+              help="executables each strategy may time after the default")
+@click.option("--headroom-from", type=click.Path(exists=True, file_okay=False), default=None,
+              help="an options collection of the same programs: the summary is over those "
+                   "whose stored best is --headroom faster than their default")
+@click.option("--headroom", type=click.FloatRange(min=1.0), default=1.10, show_default=True)
+@timing_options(AUTOTUNING)
+@click.option("--confirm-rounds", type=click.IntRange(min=2), default=6, show_default=True)
+@click.option("--core", type=CORE, default=None,
+              help="Pin to this core (default: the first one allowed).")
+@click.option("--seed", type=click.IntRange(min=0), default=0, show_default=True)
+@json_option
+def bench_online_cmd(spec: str | None, per_family: int, out_dir: str, strategies: str,
+                     budget: int, headroom_from: str | None, headroom: float, runs: int,
+                     warmup: int, confirm_rounds: int, core: int | None, seed: int,
+                     json_path: str | None) -> None:
+    """Search strategies run live on programs with one budget each, their choices
+    confirmed together in fresh rounds (issue 44's online confirmation)."""
+    core = pin(core, no_pin=False)
+    from graphcost.bench.online import bench_online, format_online_bench
+    from graphcost.xla.programs import load_programs, zoo
+    from graphcost.xla.timing import Protocol
+
+    if json_path:
+        check_writable(json_path)
+    programs = load_programs(spec) if spec else zoo(per_family=per_family)
+    result = bench_online(programs, out_dir, comma_list(strategies), budget,
+                          Protocol(warmup, runs), confirm_rounds, core, seed, headroom_from,
+                          headroom, log=click.echo)
+    click.echo(format_online_bench(result))
+    if json_path:
+        write_json(result.to_json(), json_path)
