@@ -194,3 +194,58 @@ def test_a_layout_model_is_refused_for_options(tiny_model):
     name, fn, args = load_target("mlp.000")
     with pytest.raises(UserError, match="layout model cannot rank compiler options"):
         tune_online(fn, args, model=tiny_model, budget=1)
+
+
+# ------------------------------------------------------------------ bench online
+
+
+def _row(name, coord, rand):
+    return {"program": name, "speedup": {"coordinate": [coord, 0, 0], "random": [rand, 0, 0]},
+            "found": {"coordinate": [coord, 0, 0], "random": [rand, 0, 0]}}
+
+
+def test_bench_online_summary_is_over_programs_with_stored_headroom():
+    from graphcost.bench.online import summarize_online
+
+    rows = [_row("a", 1.2, 1.1), _row("b", 1.5, 1.0), _row("c", 1.0, 1.0)]
+    s = summarize_online(rows, ["coordinate", "random"], {"a": 1.3, "b": 1.12, "c": 1.01}, 1.10)
+    assert s["names"] == ["a", "b"] and s["programs"] == 3
+    assert s["speedup"]["coordinate"][0] == pytest.approx((1.2 * 1.5) ** 0.5)
+    assert s["speedup_over"]["random"][0] == pytest.approx((1.2 / 1.1 * 1.5) ** 0.5)
+    every = summarize_online(rows, ["coordinate", "random"], None, 1.10)
+    assert every["headroom_programs"] == 3
+
+
+def test_stored_headroom_reads_each_programs_best_over_its_default(tmp_path):
+    from graphcost.bench.online import stored_headroom
+    from graphcost.data.synthetic import make_tile_graph
+    from graphcost.formats.npz import write_graph
+    from graphcost.xla.configs import option_features
+
+    g = make_tile_graph(np.random.default_rng(0), num_nodes=10, num_configs=3, name="p.000")
+    g.config_feat = np.stack([option_features(c) for c in
+                              [(0,) * 11, (1,) + (0,) * 10, (0, 1) + (0,) * 9]])
+    g.config_runtime = np.array([300, 200, 400])
+    write_graph(tmp_path / "npz" / "options" / "cpu" / "test" / "p.000.npz", g)
+    assert stored_headroom(tmp_path / "npz" / "options" / "cpu") == {"p.000": 1.5}
+
+
+def test_bench_online_resumes_from_its_rows(tmp_path, monkeypatch):
+    import graphcost.autotune.online as online
+
+    args = ["bench", "online", "--programs", "mlp.000", "--budget", "1", "--out",
+            str(tmp_path), "--strategies", "coordinate,random", "--runs", "3", "--warmup", "1",
+            "--confirm-rounds", "2", "--json", str(tmp_path / "b.json")]
+    res = CliRunner().invoke(main, args)
+    assert res.exit_code == 0, res.output
+    first = json.loads((tmp_path / "b.json").read_text())
+    assert [r["program"] for r in first["rows"]] == ["mlp.000"]
+    assert set(first["rows"][0]["speedup"]) == {"coordinate", "random"}
+
+    def no_measuring(*_a, **_k):
+        raise AssertionError("a row that was kept is measured again")
+
+    monkeypatch.setattr(online, "tune_online", no_measuring)
+    res = CliRunner().invoke(main, args)
+    assert res.exit_code == 0 and "reused" in res.output, res.output
+    assert json.loads((tmp_path / "b.json").read_text())["rows"] == first["rows"]

@@ -297,8 +297,8 @@ def bench_search_cmd(table: str, data: str | None, out_dir: str, strategies: str
 
 @bench.command("online")
 @click.option("--programs", "spec", default=None,
-              help="MODULE:FUNCTION returning (name, callable, example_args) entries "
-                   "(default: the zoo, --per-family programs of each family)")
+              help="MODULE:FUNCTION returning (name, callable, example_args) entries, or "
+                   "comma-separated zoo programs (default: the zoo, --per-family each)")
 @click.option("--per-family", type=click.IntRange(min=1), default=1, show_default=True)
 @click.option("--out", "out_dir", type=click.Path(file_okay=False), required=True,
               help="rows are kept in OUT/online.json; a rerun with the same settings reuses them")
@@ -324,13 +324,19 @@ def bench_online_cmd(spec: str | None, per_family: int, out_dir: str, strategies
     """Search strategies run live on programs with one budget each, their choices
     confirmed together in fresh rounds (issue 44's online confirmation)."""
     core = pin(core, no_pin=False)
+    from graphcost.autotune.program import load_target
     from graphcost.bench.online import bench_online, format_online_bench
     from graphcost.xla.programs import load_programs, zoo
     from graphcost.xla.timing import Protocol
 
     if json_path:
         check_writable(json_path)
-    programs = load_programs(spec) if spec else zoo(per_family=per_family)
+    if spec and ":" in spec:
+        programs = load_programs(spec)
+    elif spec:
+        programs = [load_target(name) for name in comma_list(spec)]
+    else:
+        programs = zoo(per_family=per_family)
     result = bench_online(programs, out_dir, comma_list(strategies), budget,
                           Protocol(warmup, runs), confirm_rounds, core, seed, headroom_from,
                           headroom, log=click.echo)
