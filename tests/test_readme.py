@@ -3,6 +3,7 @@ real options, every relative link among them leads to a file, the README stays a
 five-minute front door that opens with the two commands that CI and a new user run, and
 every docs/ page is reachable from it."""
 
+import json
 import re
 import shlex
 from pathlib import Path
@@ -95,12 +96,12 @@ def test_every_docs_page_is_linked_from_the_readme():
 
 
 def test_python_api_examples_run_in_order(tmp_path, monkeypatch):
-    """docs/api.md's Python blocks (train, evaluate, predict, autotune) run as written, one
-    after another in one namespace, from a folder where `graphcost/sample` is the bundled
-    data."""
+    """docs/api.md's Python blocks (train, evaluate, predict, autotune twice) run as written,
+    one after another in one namespace, from a folder where `graphcost/sample` is the
+    bundled data."""
     pytest.importorskip("jax", reason="the autotune example needs the xla extra")
     blocks = re.findall(r"```python\n(.*?)```", API_PAGE.read_text(), flags=re.S)
-    assert len(blocks) == 4
+    assert len(blocks) == 5
     (tmp_path / "graphcost").mkdir()
     (tmp_path / "graphcost" / "sample").symlink_to(ROOT / "graphcost" / "sample")
     monkeypatch.chdir(tmp_path)
@@ -113,3 +114,6 @@ def test_python_api_examples_run_in_order(tmp_path, monkeypatch):
     assert names["report"]["split"] == "test" and names["report"]["graphs"]
     assert sorted(names["order"]) == list(range(names["graph"].num_configs))
     assert names["result"].kind == "layout" and len(names["result"].measured) >= 3
+    tuned = names["tuned"]
+    assert tuned.arms == ["coordinate", "random"] and set(tuned.found) == set(tuned.arms)
+    assert json.loads((tmp_path / "runs" / "py" / "options.json").read_text()) == tuned.config
