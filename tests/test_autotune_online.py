@@ -23,7 +23,10 @@ from graphcost.autotune.program import load_target
 from graphcost.autotune.strategy import CoordinateSearch, RandomSearch, make_strategy
 from graphcost.cli import main
 from graphcost.stats import ratio_interval
+from graphcost.xla.configs import OPTION_KNOBS
 from graphcost.xla.timing import Protocol
+
+NK = len(OPTION_KNOBS)
 
 QUICK = Protocol(warmup=1, runs=3, rounds=2, max_run_s=30)
 CHOICES = [3, 2, 4]
@@ -224,7 +227,7 @@ def test_stored_headroom_reads_each_programs_best_over_its_default(tmp_path):
 
     g = make_tile_graph(np.random.default_rng(0), num_nodes=10, num_configs=3, name="p.000")
     g.config_feat = np.stack([option_features(c) for c in
-                              [(0,) * 11, (1,) + (0,) * 10, (0, 1) + (0,) * 9]])
+                              [(0,) * NK, (1,) + (0,) * (NK - 1), (0, 1) + (0,) * (NK - 2)]])
     g.config_runtime = np.array([300, 200, 400])
     write_graph(tmp_path / "npz" / "options" / "cpu" / "test" / "p.000.npz", g)
     assert stored_headroom(tmp_path / "npz" / "options" / "cpu") == {"p.000": 1.5}

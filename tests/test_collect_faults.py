@@ -126,7 +126,8 @@ def test_collect_refuses_bad_numbers_naming_the_option(tmp_path, args, needles):
     (["--evaluations", "0"], ["--evaluations", "x>=1"]),
     (["--seed", "-1"], ["--seed", "x>=0"]),
     (["--no-pin", "--runs", "0"], ["runs"]),
-    (["--no-pin", "--k", "0"], ["k and batches", "k=0"]),
+    (["--no-pin", "--k", "0"], ["--k", "x>=1"]),
+    (["--no-pin", "--budget", "0"], ["--budget", "x>=1"]),
 ])
 def test_autotune_refuses_bad_numbers_naming_the_option(tmp_path, args, needles):
     model = tmp_path / "model.pt"  # refused before the model is read

@@ -15,7 +15,9 @@ from graphcost.errors import UserError
 from graphcost.formats import LayoutGraph, TileGraph
 from graphcost.models import Model, score_graph
 from graphcost.train import TrainSettings, fit
-from graphcost.xla.configs import default_options, option_features
+from graphcost.xla.configs import OPTION_KNOBS, default_options, option_features
+
+NK = len(OPTION_KNOBS)
 
 torch.set_num_threads(1)
 F32 = 13  # node feature column of the f32 one-hot
@@ -75,9 +77,9 @@ def test_changed_bytes_counts_only_layouts_set_to_another_order():
 def test_default_first_puts_the_default_first_and_ties_the_rest():
     np.testing.assert_array_equal(scores("default-first", [layout_graph(LAYOUTS)]),
                                   [0, 1, 1, 1, 1])
-    tile = tile_graph([default_options(), (1,) + (0,) * 9, (0, 1) + (0,) * 8])
+    tile = tile_graph([default_options(), (1,) + (0,) * (NK - 1), (0, 1) + (0,) * (NK - 2)])
     np.testing.assert_array_equal(scores("default-first", [tile]), [0, 1, 1])
-    no_default = tile_graph([(1,) + (0,) * 9, (0, 1) + (0,) * 8])
+    no_default = tile_graph([(1,) + (0,) * (NK - 1), (0, 1) + (0,) * (NK - 2)])
     np.testing.assert_array_equal(scores("default-first", [tile], no_default), [1, 1])
     with pytest.raises(UserError, match="default-first: none of the 1 train graphs"):
         scores("default-first", [no_default])
@@ -105,7 +107,7 @@ def test_config_only_recovers_each_knob_choices_effect_on_log_runtime():
 
     def graph(i: int) -> TileGraph:
         a, b = rng.integers(0, 2, 16), rng.integers(0, 4, 16)
-        opts = [(int(x), 0, 0, int(y)) + (0,) * 6 for x, y in zip(a, b, strict=True)]
+        opts = [(int(x), 0, 0, int(y)) + (0,) * (NK - 4) for x, y in zip(a, b, strict=True)]
         log_t = 3.0 * i + 0.7 * a + np.array([0.0, 0.5, -0.2, 0.3])[b]
         return tile_graph(opts, np.exp(log_t) * 1e6, name=f"g{i}")
 

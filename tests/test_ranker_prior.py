@@ -15,9 +15,11 @@ from graphcost.data.synthetic import write_collection
 from graphcost.errors import SettingsError
 from graphcost.models import Model, score_graph
 from graphcost.train import TrainSettings, fit
+from graphcost.xla.configs import OPTION_KNOBS
 
 torch.set_num_threads(1)
 MIB = 2.0**20
+NK = len(OPTION_KNOBS)
 
 
 def built(kind: str, graphs: list, **settings) -> Model:
@@ -80,7 +82,7 @@ def test_config_only_prior_is_fitted_before_training_and_saved(tmp_path):
 
     def graph(i: int):
         a, b = rng.integers(0, 2, 12), rng.integers(0, 4, 12)
-        opts = [(int(x), 0, 0, int(y)) + (0,) * 6 for x, y in zip(a, b, strict=True)]
+        opts = [(int(x), 0, 0, int(y)) + (0,) * (NK - 4) for x, y in zip(a, b, strict=True)]
         log_t = 3.0 * i + 0.7 * a + np.array([0.0, 0.5, -0.2, 0.3])[b]
         return tile_graph(opts, np.exp(log_t) * 1e6, name=f"g{i}")
 
@@ -110,7 +112,8 @@ def test_gst_training_runs_with_a_prior():
 
 @pytest.mark.parametrize("kind, prior", [("tile", "moved-bytes"), ("layout", "config-only")])
 def test_a_prior_of_the_other_kind_is_refused(kind, prior):
-    g = layout_graph(LAYOUTS) if kind == "layout" else tile_graph([(0,) * 10, (1,) + (0,) * 9])
+    one = (1,) + (0,) * (NK - 1)
+    g = layout_graph(LAYOUTS) if kind == "layout" else tile_graph([(0,) * NK, one])
     with pytest.raises(SettingsError, match=f"prior='{prior}': a {kind} ranker can learn on"):
         built(kind, [g], prior=prior)
 

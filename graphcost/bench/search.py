@@ -132,6 +132,7 @@ class SearchBenchResult(BenchResult):
 
     table: str
     data: str
+    model: str  # what scores the configs of the model strategies
     seeds: list[int]
     draws: int
     headroom: float
@@ -167,9 +168,11 @@ def bench_search(table: str | Path, data: str | Path, out: str | Path,
                  draws: int = 10, budget: int = 50, headroom: float = 1.10, folds: int = 5,
                  settings: TrainSettings | None = None, confirm_k: int = 0,
                  protocol: Protocol | None = None, core: int | None = None,
+                 model: str = "ranker",
                  log: Callable[[str], Any] | None = None) -> SearchBenchResult:
     """Every strategy on every program of `table` (see the module docstring). Fold models
-    are trained on `data` under `out` once and reused by a rerun. With `confirm_k`, each
+    (`model`: a model or rule `crossval` trains) are trained on `data` under `out` once
+    and reused by a rerun. With `confirm_k`, each
     strategy's choice after that many measurements (its first seed's) is timed again
     with the default in fresh rounds on every headroom program (`confirm_choices`)."""
     say = log or (lambda _msg: None)
@@ -187,7 +190,7 @@ def bench_search(table: str | Path, data: str | Path, out: str | Path,
     models: list[Callable[[str], Any]] = []
     held_out: dict[str, str] = {}  # family -> a training program whose fold never saw it
     if any(s.startswith("model") for s in strategies):
-        runs = fold_runs(data, "ranker", seeds, Path(out), settings or TrainSettings(), folds,
+        runs = fold_runs(data, model, seeds, Path(out), settings or TrainSettings(), folds,
                          say)
         models = [fold_model(r) for r in runs]
         graphs = runs[0]["graphs"]
@@ -219,7 +222,8 @@ def bench_search(table: str | Path, data: str | Path, out: str | Path,
                                  protocol or Protocol(rounds=6), core, say)
                  if confirm_k else None)
     budgets = [k for k in BUDGETS if k <= budget]
-    return SearchBenchResult(table=coll.name, data=str(data), seeds=list(seeds), draws=draws,
+    return SearchBenchResult(table=coll.name, data=str(data), model=model, seeds=list(seeds),
+                             draws=draws,
                              headroom=headroom, budgets=budgets, strategies=list(strategies),
                              programs=programs,
                              summary=summarize(programs, strategies, budgets, headroom),

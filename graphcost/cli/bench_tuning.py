@@ -257,6 +257,9 @@ def bench_knobs_cmd(out_dir: str, families: str | None, per_family: int, runs: i
 @click.option("--headroom", type=click.FloatRange(min=1.0), default=1.10, show_default=True,
               help="the figures are over programs whose table optimum is this much faster")
 @click.option("--epochs", type=int, default=None, help="training epochs of the fold models")
+@click.option("--model", "model_name", default="ranker", show_default=True,
+              help="the model strategies' scorer: a model or rule `crossval` trains per "
+                   "fold (e.g. config-only, the learned order of option sets)")
 @click.option("--plot", "plot_path", type=click.Path(dir_okay=False), default=None,
               help="also draw the anytime curves (PNG)")
 @click.option("--confirm", "confirm_k", type=click.IntRange(min=1), default=None,
@@ -268,8 +271,8 @@ def bench_knobs_cmd(out_dir: str, families: str | None, per_family: int, runs: i
 @json_option
 def bench_search_cmd(table: str, data: str | None, out_dir: str, strategies: str, seeds: str,
                      folds: int, draws: int, budget: int, headroom: float, epochs: int | None,
-                     plot_path: str | None, confirm_k: int | None, confirm_rounds: int,
-                     core: int | None, json_path: str | None) -> None:
+                     model_name: str, plot_path: str | None, confirm_k: int | None,
+                     confirm_rounds: int, core: int | None, json_path: str | None) -> None:
     """Search strategies on a table of measured option configs: the best speed-up each
     finds for a budget of measurements, against the table's optimum and random search."""
     core = pin(core, no_pin=not confirm_k)  # before torch and JAX start their threads
@@ -280,14 +283,14 @@ def bench_search_cmd(table: str, data: str | None, out_dir: str, strategies: str
 
     seed_list = int_list(seeds, "--seeds")
     given = {"epochs": epochs} if epochs is not None else {}
-    settings, _ = parse_settings((), "ranker", {"progress": False}, **given)
+    settings, _ = parse_settings((), model_name, {"progress": False}, **given)
     for path in (json_path, plot_path):
         if path:
             check_writable(path)
     data = data or str(sample_root() / "npz" / "options" / "cpu")
     result = bench_search(table, data, out_dir, comma_list(strategies), seed_list, draws,
                           budget, headroom, folds, settings, confirm_k or 0,
-                          Protocol(rounds=confirm_rounds), core, log=click.echo)
+                          Protocol(rounds=confirm_rounds), core, model_name, log=click.echo)
     click.echo(format_search(result))
     if plot_path:
         click.echo(f"wrote {plot_search(result, plot_path)}")

@@ -91,7 +91,7 @@ def timing_options(preset: Protocol, max_run_s: bool = False) -> Callable:
 
 def autotune_options(f: Callable) -> Callable:
     """Search and measurement options shared by `autotune` and `bench autotune`."""
-    f = click.option("--k", default=5, show_default=True,
+    f = click.option("--k", type=click.IntRange(min=1), default=5, show_default=True,
                      help="Measure the model's best K configs (and the default).")(f)
     f = click.option("--samples", type=click.IntRange(min=1), default=None,
                      help="Configs the model ranks (default: as many as a collection "
@@ -107,7 +107,7 @@ def autotune_options(f: Callable) -> Callable:
     f = click.option("--confirm-rounds", default=5, show_default=True,
                      help="Fresh rounds re-timing the default, the chosen and the best "
                           "random config: the reported speed-ups and intervals.")(f)
-    f = click.option("--batches", default=1, show_default=True,
+    f = click.option("--batches", type=click.IntRange(min=1), default=1, show_default=True,
                      help="Measure the model's K in this many batches, fine-tuning the model "
                           "on each batch's runtimes before searching for the next.")(f)
     return f
