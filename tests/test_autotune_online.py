@@ -139,6 +139,7 @@ def test_measurer_times_a_new_executable_beside_the_default_and_reuses_it():
     assert status == "ok" and 0.2 < ratio < 5 and key != m.default_key
     again = m.measure(fast_math)
     assert again[:2] == (key, ratio) and len(m.timed) == 2  # not timed twice
+    assert list(m.compiled) == [fast_math]  # nor compiled twice
     assert m.measure(t.configs.default())[:2] == (m.default_key, 1.0)
 
 

@@ -107,18 +107,25 @@ class Measurer:
         self.default_key = fingerprint(t.default_exe.as_text(), {})
         # executable -> (runtime / default's, status, error)
         self.timed: dict[int, tuple[float, str, str]] = {self.default_key: (1.0, "ok", "")}
-        self.compiled = 0
+        self.compiled: dict[OptionsConfig, int | str] = {}  # config -> executable, or its error
 
     def measure(self, config: OptionsConfig) -> tuple[int | None, float, str, str]:
-        """(executable key, runtime / default's, status, error) of `config`; an executable
-        timed before is not timed again; a config that fails to compile has no key."""
+        """(executable key, runtime / default's, status, error) of `config`; a config
+        compiled before is not compiled again, an executable timed before not timed again;
+        a config that fails to compile has no key."""
+        config = tuple(config)
+        known = self.compiled.get(config)
+        if isinstance(known, str):
+            return None, float("inf"), "compile", known
+        if known is not None:
+            return (known, *self.timed[known])
         _, opts = self.t.plan_and_options(config)
-        self.compiled += 1
         try:
             exe = self.t.layout.compile({}, opts or None)
         except Exception as e:  # XLA's errors have no common base class worth naming
+            self.compiled[config] = error_line(e)
             return None, float("inf"), "compile", error_line(e)
-        key = fingerprint(exe.as_text(), opts)
+        key = self.compiled[config] = fingerprint(exe.as_text(), opts)
         if key not in self.timed:
             d_exe, d_inputs = self.default
             c_exe, c_inputs = _executable_and_inputs(self.t.layout, exe)
