@@ -21,7 +21,7 @@ import numpy as np
 
 from graphcost.atomic import write_json
 from graphcost.data.collection import Collection, find_collections, open_collection
-from graphcost.data.inspect import sample_root
+from graphcost.data.inspect import sample_collections, sample_root
 from graphcost.data.noise import noise_ceiling as split_noise_ceiling
 from graphcost.errors import CollectionError, UserError
 from graphcost.eval.evaluate import evaluate_model
@@ -163,7 +163,7 @@ def run_demo(out_dir: str | Path = "runs/demo", data: str | Path | None = None,
     """Train ranker and baseline per collection, evaluate on test, write the report."""
     s = settings or DemoSettings()
     out = Path(out_dir)
-    root = Path(data) if data is not None else sample_root()
+    root = Path(data) if data is not None else sample_collections()
     t0 = time.perf_counter()
     results, noise = [], {}
     for coll in demo_collections(root, s.quick):
@@ -192,7 +192,7 @@ def run_demo(out_dir: str | Path = "runs/demo", data: str | Path | None = None,
     log(format_table(summary_rows(results, noise)))
     log(paired_lines(results))
     if data is None:
-        log(crossval_summary(root / "crossval.json"))
+        log(crossval_summary(sample_root() / "crossval.json"))
     log(f"demo finished in {seconds:.0f} s; report: {page}")
     return results, page
 

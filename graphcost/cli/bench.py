@@ -267,14 +267,14 @@ def bench_baselines_cmd(data: str | None, seeds: str, collections: str | None,
         format_row,
         plot_curves,
     )
-    from graphcost.data.inspect import sample_root
+    from graphcost.data.inspect import sample_collections
 
     seed_list = int_list(seeds, "--seeds")
     if plot_path:
         check_writable(plot_path)
     result = bench_table(HEADER, format_row, format_baselines, json_path,
                           lambda on_row: bench_baselines(
-                              data or sample_root(), seed_list,
+                              data or sample_collections(), seed_list,
                               collections and comma_list(collections),
                               models and comma_list(models), official, jobs, threads,
                               on_row=on_row))

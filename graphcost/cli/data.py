@@ -18,10 +18,10 @@ def _fmt_bytes(n: float) -> str:
 @click.option("--sample", is_flag=True, help="Summarise the dataset bundled with graphcost.")
 def info(path: str | None, sample: bool) -> None:
     """Summarise a .npz file or every collection below PATH (from array headers only)."""
-    from graphcost.data.inspect import sample_root, summarize
+    from graphcost.data.inspect import sample_collections, summarize
 
     if sample or path is None:
-        path = str(sample_root())
+        path = str(sample_collections())
         click.echo(f"bundled sample: {path}")
     groups = summarize(path)  # every file's headers read (and refused) before printing
     click.echo(f"{'collection / split':34} {'kind':7} {'graphs':>6} {'bytes':>10}  "

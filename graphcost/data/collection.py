@@ -84,7 +84,9 @@ def find_collections(root: str | Path) -> dict[str, Collection]:
     """Every collection below `root`, by name.
 
     A collection is a folder with split subfolders holding `.npz` files; a folder
-    holding `.npz` files directly is a collection with the one split `all`.
+    holding `.npz` files directly is a collection with the one split `all`. Two folders
+    of one name (the bundled collections and the bundled table are both `options:cpu`)
+    are refused rather than one silently hiding the other.
     """
     root = Path(root)
     if not root.is_dir():
@@ -102,6 +104,9 @@ def find_collections(root: str | Path) -> dict[str, Collection]:
             splits = {"all": _npz_files(d)}
         if splits:
             name = _name_for(d)
+            if name in found:
+                raise CollectionError(f"{root}: two collections named {name} below it, "
+                                      f"{found[name].root} and {d}; point at one of them")
             found[name] = Collection(name=name, root=d, splits=splits)
     return found
 

@@ -18,8 +18,15 @@ from graphcost.formats.npz import RUNTIME_KEYS
 
 
 def sample_root() -> Path:
-    """The small dataset shipped inside the package."""
+    """The small dataset shipped inside the package: its collections (`npz/`), the
+    table of the options space (`table/`) and their cards."""
     return Path(str(resources.files("graphcost") / "sample"))
+
+
+def sample_collections() -> Path:
+    """The folder of the bundled collections (layout:cpu:random, layout:cpu:default,
+    options:cpu)."""
+    return sample_root() / "npz"
 
 
 def expand_paths(paths: Iterable[str | Path]) -> list[Path]:
