@@ -35,7 +35,7 @@ from typing import Any
 
 import numpy as np
 
-from graphcost.autotune.program import Tunable, _executable_and_inputs, pinned, prepare
+from graphcost.autotune.program import Tunable, executable_and_inputs, pinned, prepare
 from graphcost.autotune.strategy import STRATEGIES, OptionsConfig, Strategy, make_strategy
 from graphcost.autotune.tune import MIN_GAIN, confirm
 from graphcost.errors import UserError
@@ -103,7 +103,7 @@ class Measurer:
 
     def __init__(self, t: Tunable, protocol: Protocol, core: int | None):
         self.t, self.protocol, self.core = t, protocol, core
-        self.default = _executable_and_inputs(t.layout, t.default_exe)
+        self.default = executable_and_inputs(t.layout, t.default_exe)
         self.default_key = fingerprint(t.default_exe.as_text(), {})
         # executable -> (runtime / default's, status, error)
         self.timed: dict[int, tuple[float, str, str]] = {self.default_key: (1.0, "ok", "")}
@@ -128,7 +128,7 @@ class Measurer:
         key = self.compiled[config] = fingerprint(exe.as_text(), opts)
         if key not in self.timed:
             d_exe, d_inputs = self.default
-            c_exe, c_inputs = _executable_and_inputs(self.t.layout, exe)
+            c_exe, c_inputs = executable_and_inputs(self.t.layout, exe)
             runnable = {"default": (d_exe, lambda: d_inputs), "config": (c_exe, lambda: c_inputs)}
             with pinned(self.core):
                 res = time_executables(runnable, self.protocol, reference="default")

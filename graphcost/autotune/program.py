@@ -123,7 +123,8 @@ def pinned(core: int | None) -> Iterator[None]:
         os.sched_setaffinity(0, before)
 
 
-def _executable_and_inputs(layout: LayoutSpace, exe: Any) -> tuple[Any, list]:
+def executable_and_inputs(layout: LayoutSpace, exe: Any) -> tuple[Any, list]:
+    """The executable and the program's arguments placed in the layouts it expects."""
     import jax
 
     formats = exe.input_formats[0]
@@ -137,7 +138,7 @@ def measure(t: Tunable, configs: Sequence[Config], protocol: Protocol,
     def build(i: int):
         plan, opts = t.plan_and_options(configs[i])
         exe = t.default_exe if not plan and not opts else t.layout.compile(plan, opts or None)
-        return _executable_and_inputs(t.layout, exe)
+        return executable_and_inputs(t.layout, exe)
 
     with pinned(core):
         results, _ = time_configs(build, len(configs), protocol, reference=0)
