@@ -40,6 +40,15 @@ def pytest_make_collect_report(collector):
 
 
 @pytest.fixture(autouse=True)
+def _restore_affinity():
+    """Commands that measure pin the process they run in (here: pytest's) for good; give
+    the next test the cores this one had."""
+    before = os.sched_getaffinity(0)
+    yield
+    os.sched_setaffinity(0, before)
+
+
+@pytest.fixture(autouse=True)
 def _private_cache(tmp_path, monkeypatch):
     """Every test gets its own extraction cache, so none sees another's files."""
     monkeypatch.setenv("GRAPHCOST_CACHE", str(tmp_path / "cache"))

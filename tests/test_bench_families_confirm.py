@@ -46,15 +46,6 @@ def core() -> int:
     return min(os.sched_getaffinity(0))
 
 
-@pytest.fixture(autouse=True)
-def _restore_affinity():
-    """`bench families --confirm` pins the process it runs in (here: pytest's) for good;
-    give the next test the cores it had."""
-    before = os.sched_getaffinity(0)
-    yield
-    os.sched_setaffinity(0, before)
-
-
 def invoke(*args) -> object:
     return CliRunner().invoke(main, [str(a) for a in args])
 

@@ -38,14 +38,6 @@ def run(out, rounds: int = 2, knobs=KNOBS) -> tuple[bench.KnobsResult, list[str]
     return result, said
 
 
-@pytest.fixture(autouse=True)
-def _restore_affinity():
-    """The command pins the process it runs in (here: pytest's) for good."""
-    before = os.sched_getaffinity(0)
-    yield
-    os.sched_setaffinity(0, before)
-
-
 @pytest.fixture(scope="module")
 def first(tmp_path_factory):
     out = tmp_path_factory.mktemp("knobs")
