@@ -240,8 +240,9 @@ def test_bench_online_resumes_from_its_rows(tmp_path, monkeypatch):
     args = ["bench", "online", "--programs", "mlp.000", "--budget", "1", "--out",
             str(tmp_path), "--strategies", "coordinate,random", "--runs", "3", "--warmup", "1",
             "--confirm-rounds", "2", "--json", str(tmp_path / "b.json")]
-    res = CliRunner().invoke(main, args)
+    res = CliRunner().invoke(main, [*args, "--plot", str(tmp_path / "curves.png")])
     assert res.exit_code == 0, res.output
+    assert (tmp_path / "curves.png").read_bytes()[:4] == b"\x89PNG"
     first = json.loads((tmp_path / "b.json").read_text())
     assert [r["program"] for r in first["rows"]] == ["mlp.000"]
     assert set(first["rows"][0]["speedup"]) == {"coordinate", "random"}

@@ -1,12 +1,13 @@
 """Every `graphcost bench` benchmark, one module each; the modules import none of each
-other. What several of them share, measuring a step of this very process and the base of
-their results, is here."""
+other. What several of them share, measuring a step of this very process, the base of
+their results and the anytime plot of search strategies, is here."""
 
 from __future__ import annotations
 
 import dataclasses
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Mapping, Sequence
+from pathlib import Path
 from typing import Any
 
 import psutil
@@ -75,3 +76,38 @@ def measure_call(fn: Callable[[], object]) -> tuple[float, float, float]:
     private = max(0, (after.rss - after.shared) - (before.rss - before.shared)) / 2**20
     del result
     return seconds, peak, private
+
+
+def plot_anytime(curves: Mapping[str, Sequence[Sequence[float]]], path: str | Path, title: str,
+                 optimum: Sequence[float] = ()) -> Path:
+    """Anytime curves, written whole or not at all: per strategy, the geometric mean over
+    programs of the best speed-up found after K = 1, 2, … executables timed (`curves`:
+    strategy -> one curve per program), and the mean `optimum` as a dashed line."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+    import numpy as np
+
+    from graphcost.atomic import atomic_open
+
+    fig, ax = plt.subplots(figsize=(7, 4.5))
+    for name, per_program in curves.items():
+        if len(per_program):
+            curve = np.exp(np.mean(np.log(np.asarray(per_program, dtype=float)), axis=0))
+            ax.plot(np.arange(1, len(curve) + 1), curve, label=name)
+    if len(optimum):
+        ax.axhline(float(np.exp(np.mean(np.log(optimum)))), color="k", ls="--", lw=1,
+                   label="optimum")
+    ax.set(xlabel="executables timed after the default (K)",
+           ylabel="speed-up over the default (geometric mean)", xscale="log", title=title)
+    ax.grid(alpha=0.3)
+    ax.legend()
+    fig.tight_layout()
+    path = Path(path)
+    try:
+        with atomic_open(path) as f:
+            fig.savefig(f, dpi=110, format="png")
+    finally:
+        plt.close(fig)
+    return path

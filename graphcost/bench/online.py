@@ -30,7 +30,7 @@ from typing import Any
 
 import numpy as np
 
-from graphcost.bench import BenchResult
+from graphcost.bench import BenchResult, plot_anytime
 from graphcost.errors import UserError
 from graphcost.stats import geomean_ci, ratio_interval
 from graphcost.xla.programs import Program
@@ -164,3 +164,13 @@ def format_online_bench(result: OnlineBenchResult) -> str:
         lines.append(f"  {names[0]} ÷ {a}: {x[0]:.3f}x [{x[1]:.3f}, {x[2]:.3f}]  "
                      f"({f[0]:.3f}x [{f[1]:.3f}, {f[2]:.3f}])")
     return "\n".join(lines)
+
+
+def plot_online(result: OnlineBenchResult, path: str | Path) -> Path:
+    """Each strategy's best speed-up found so far (by the search's own timings) against
+    the executables timed, over the summary's programs."""
+    names = set(result.summary["names"])
+    rows = [r for r in result.rows if r["program"] in names]
+    return plot_anytime({a: [r["curves"][a] for r in rows] for a in result.strategies}, path,
+                        f"searching while measuring: {len(rows)} programs, budget "
+                        f"{result.budget}")

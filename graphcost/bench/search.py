@@ -30,7 +30,7 @@ from typing import Any
 import numpy as np
 
 from graphcost.autotune.strategy import STRATEGIES, Strategy, make_strategy
-from graphcost.bench import BenchResult
+from graphcost.bench import BenchResult, plot_anytime
 from graphcost.data.collection import open_collection
 from graphcost.data.families import family_of
 from graphcost.errors import UserError
@@ -292,33 +292,7 @@ def _ci(v: Sequence[float]) -> str:
 def plot_search(result: SearchBenchResult, path: str | Path) -> Path:
     """Anytime curves: the geometric mean speed-up of the best config found against the
     executables timed, one line per strategy, over the headroom programs."""
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
-    from graphcost.atomic import atomic_open
-
     rows = [p for p in result.programs if p["optimum"] >= result.headroom]
-    fig, ax = plt.subplots(figsize=(7, 4.5))
-    ks = np.arange(1, len(rows[0]["curves"]["random"]) + 1) if rows else np.arange(1, 2)
-    for s in result.strategies:
-        if rows:
-            curve = np.exp(np.mean([np.log(p["curves"][s]) for p in rows], axis=0))
-            ax.plot(ks, curve, label=s)
-    if rows:
-        ax.axhline(float(np.exp(np.mean([np.log(p["optimum"]) for p in rows]))), color="k",
-                   ls="--", lw=1, label="table optimum")
-    ax.set(xlabel="executables timed after the default (K)",
-           ylabel="speed-up over the default (geometric mean)", xscale="log",
-           title=f"{result.table}: {len(rows)} programs with ≥ {result.headroom:.2f}x headroom")
-    ax.grid(alpha=0.3)
-    ax.legend()
-    fig.tight_layout()
-    path = Path(path)
-    try:
-        with atomic_open(path) as f:
-            fig.savefig(f, dpi=110, format="png")
-    finally:
-        plt.close(fig)
-    return path
+    return plot_anytime({s: [p["curves"][s] for p in rows] for s in result.strategies}, path,
+                        f"{result.table}: {len(rows)} programs with ≥ {result.headroom:.2f}x "
+                        "headroom", [p["optimum"] for p in rows])

@@ -319,21 +319,24 @@ def bench_search_cmd(table: str, data: str | None, out_dir: str, strategies: str
 @click.option("--core", type=CORE, default=None,
               help="Pin to this core (default: the first one allowed).")
 @click.option("--seed", type=click.IntRange(min=0), default=0, show_default=True)
+@click.option("--plot", "plot_path", type=click.Path(dir_okay=False), default=None,
+              help="also draw the anytime curves (PNG)")
 @json_option
 def bench_online_cmd(spec: str | None, per_family: int, out_dir: str, strategies: str,
                      budget: int, headroom_from: str | None, headroom: float, runs: int,
                      warmup: int, confirm_rounds: int, core: int | None, seed: int,
-                     json_path: str | None) -> None:
+                     plot_path: str | None, json_path: str | None) -> None:
     """Search strategies run live on programs with one budget each, their choices
     confirmed together in fresh rounds (issue 44's online confirmation)."""
     core = pin(core, no_pin=False)
     from graphcost.autotune.program import load_target
-    from graphcost.bench.online import bench_online, format_online_bench
+    from graphcost.bench.online import bench_online, format_online_bench, plot_online
     from graphcost.xla.programs import load_programs, zoo
     from graphcost.xla.timing import Protocol
 
-    if json_path:
-        check_writable(json_path)
+    for path in (json_path, plot_path):
+        if path:
+            check_writable(path)
     if spec and ":" in spec:
         programs = load_programs(spec)
     elif spec:
@@ -344,5 +347,7 @@ def bench_online_cmd(spec: str | None, per_family: int, out_dir: str, strategies
                           Protocol(warmup, runs), confirm_rounds, core, seed, headroom_from,
                           headroom, log=click.echo)
     click.echo(format_online_bench(result))
+    if plot_path:
+        click.echo(f"wrote {plot_online(result, plot_path)}")
     if json_path:
         write_json(result.to_json(), json_path)
