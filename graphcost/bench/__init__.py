@@ -1,6 +1,7 @@
 """Every `graphcost bench` benchmark, one module each; the modules import none of each
 other. What several of them share, measuring a step of this very process, the base of
-their results and the anytime plot of search strategies, is here."""
+their results, a pool's default config and the anytime plot of search strategies, is
+here."""
 
 from __future__ import annotations
 
@@ -10,7 +11,11 @@ from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
+import numpy as np
 import psutil
+
+from graphcost.errors import UserError
+from graphcost.formats.npz import LayoutGraph
 
 
 class BenchResult:
@@ -87,7 +92,6 @@ def plot_anytime(curves: Mapping[str, Sequence[Sequence[float]]], path: str | Pa
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
-    import numpy as np
 
     from graphcost.atomic import atomic_open
 
@@ -111,3 +115,18 @@ def plot_anytime(curves: Mapping[str, Sequence[Sequence[float]]], path: str | Pa
     finally:
         plt.close(fig)
     return path
+
+
+def default_index(g: Any) -> int:
+    """The default config's row: no layout set (every feature −1) or every knob unset."""
+    from graphcost.xla.configs import default_options, option_features
+
+    if isinstance(g, LayoutGraph):
+        rows = np.all(np.asarray(g.node_config_feat) == -1, axis=(1, 2))
+    else:
+        rows = np.all(np.asarray(g.config_feat) == option_features(default_options()), axis=1)
+    found = np.flatnonzero(rows)
+    if not found.size:
+        raise UserError(f"{g.name}: no default config among its {g.num_configs} configs; "
+                        "a pool without the default cannot say what tuning gains")
+    return int(found[0])

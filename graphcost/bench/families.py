@@ -47,7 +47,7 @@ import numpy as np
 from graphcost.autotune.headroom import STRATEGIES, summarize_rows
 from graphcost.autotune.search import best_of, top_picks
 from graphcost.autotune.tune import SAMPLES, clearly_faster
-from graphcost.bench import BenchResult
+from graphcost.bench import BenchResult, default_index
 from graphcost.data.collection import open_collection
 from graphcost.data.families import family_of
 from graphcost.errors import UserError
@@ -62,21 +62,6 @@ from graphcost.xla.timing import Protocol
 PORTFOLIOS = {"tile": ("config-only",),
               "layout": ("fewest-changes", "moved-bytes", "changed-bytes")}
 SELECT_ROUNDS = 2  # confirmation rounds that choose among the search's fresh picks
-
-
-def default_index(g: Any) -> int:
-    """The default config's row: no layout set (every feature −1) or every knob unset."""
-    from graphcost.xla.configs import default_options, option_features
-
-    if isinstance(g, LayoutGraph):
-        rows = np.all(np.asarray(g.node_config_feat) == -1, axis=(1, 2))
-    else:
-        rows = np.all(np.asarray(g.config_feat) == option_features(default_options()), axis=1)
-    found = np.flatnonzero(rows)
-    if not found.size:
-        raise UserError(f"{g.name}: no default config among its {g.num_configs} configs; "
-                        "a pool without the default cannot say what tuning gains")
-    return int(found[0])
 
 
 def expected_choice(runtime: np.ndarray, default: int, k: int,

@@ -30,7 +30,7 @@ from typing import Any
 
 import numpy as np
 
-from graphcost.bench import BenchResult, plot_anytime
+from graphcost.bench import BenchResult, default_index, plot_anytime
 from graphcost.errors import UserError
 from graphcost.stats import geomean_ci, ratio_interval
 from graphcost.xla.programs import Program
@@ -56,10 +56,12 @@ def stored_headroom(collection: str | Path) -> dict[str, float]:
     out = {}
     for name, path in pooled_files(open_collection(collection)).items():
         g = read_graph(path)
-        default = np.flatnonzero(np.asarray(g.config_feat)[:, -1] == 0)  # no knob set
-        if default.size:
-            rt = np.asarray(g.config_runtime, dtype=np.float64)
-            out[name] = float(rt[default[0]] / rt.min())
+        try:
+            d = default_index(g)
+        except UserError:  # no default among its configs: no headroom to judge
+            continue
+        rt = np.asarray(g.config_runtime, dtype=np.float64)
+        out[name] = float(rt[d] / rt.min())
     return out
 
 
