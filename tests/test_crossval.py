@@ -324,3 +324,62 @@ def test_external_results_pair_in_compare_and_bad_externals_are_refused(tmp_path
     for bad, words in ((layout, "holds layout graphs"), (same, "in the training one too")):
         r = CliRunner().invoke(main, ["crossval", str(data), "--external", str(bad), *FAST])
         assert r.exit_code == 2 and words in r.output and "Traceback" not in r.output, r.output
+
+
+SOURCES = {"zoo": {"mlp": 2, "cnn": 2}, "haiku": {"haiku_gpt": 2, "haiku_lstm": 1},
+           "eqx": {"eqx_gru": 2}}
+
+
+def test_each_source_is_held_out_once_by_a_model_trained_on_the_others(tmp_path, trained_on):
+    data = {s: write_families(tmp_path / s, families=f) for s, f in SOURCES.items()}
+    result = crossvalidate(data, "ranker", 5, fast_settings(), {"hidden": 16},
+                           valid_fraction=0.2, group="source")
+    assert result["folds"] == 3 and result["group"] == "source"
+    assert set(result["data"]) == set(SOURCES)
+    for (train, valid), fold in zip(trained_on, result["fold_results"], strict=True):
+        (held,) = fold["held_out"]
+        others = {f"{fam}.{j:03d}" for s, fams in SOURCES.items() if s != held
+                  for fam, n in fams.items() for j in range(n)}
+        assert train | valid == others and not train & valid
+    for name, row in result["graphs"].items():
+        assert family_of(name) in SOURCES[row["source"]]
+    assert len(result["graphs"]) == sum(sum(f.values()) for f in SOURCES.values())
+
+
+def test_crossval_by_source_and_compare_report_every_source(tmp_path):
+    args = [f"{s}={write_families(tmp_path / s, 'tile', families=f)}"
+            for s, f in SOURCES.items()]
+    files = []
+    for model in ("mlp", "config-only"):
+        files.append(tmp_path / f"{model}.json")
+        r = CliRunner().invoke(main, ["crossval", *args, "--group", "source", "--model",
+                                      model, "--json", str(files[-1]),
+                                      *(FAST if model == "mlp" else [])])
+        assert r.exit_code == 0, r.output
+        assert "3-fold leave-source-out: 9 graphs" in r.output
+        assert "  haiku (3 graphs): tile score" in r.output and "  eqx (2 graphs)" in r.output
+    r = CliRunner().invoke(main, ["compare", str(files[0]), "--against", str(files[1]),
+                                  "--heuristic", str(files[1])])
+    assert r.exit_code == 0, r.output
+    assert r.output.count("    zoo (4 graphs): ") == 2, r.output  # the model's and the rule's
+    # the ensemble of one seed reads its targets from every source's collection
+    r = CliRunner().invoke(main, ["compare", str(files[0]), "--ensemble", "--against",
+                                  str(files[1])])
+    assert r.exit_code == 0 and "    haiku (3 graphs): " in r.output, r.output
+
+
+def test_crossval_by_source_refuses_what_cannot_be_held_out(tmp_path):
+    zoo = write_families(tmp_path / "zoo", families={"mlp": 2, "cnn": 2})
+    gpt = write_families(tmp_path / "haiku", families={"haiku_gpt": 2})
+    again = write_families(tmp_path / "again", families={"mlp": 1})
+    tile = write_families(tmp_path / "tiles", "tile", families={"eqx_gru": 2})
+    for args, words in (
+            ([str(zoo), str(gpt)], "several collections are held out source by source"),
+            ([str(zoo), "--group", "source"], "at least two sources"),
+            ([str(zoo), str(again), "--group", "source"], "family mlp is in two sources"),
+            ([str(zoo), str(tile), "--group", "source"], "not one collection"),
+            ([f"a={zoo}", f"a={gpt}", "--group", "source"], "two sources named a"),
+            ([str(zoo), str(tmp_path / "nowhere"), "--group", "source"], "does not exist")):
+        r = CliRunner().invoke(main, ["crossval", *args, *FAST])
+        assert r.exit_code == 2 and words in r.output and "Traceback" not in r.output, \
+            (args, r.output)

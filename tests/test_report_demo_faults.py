@@ -24,7 +24,7 @@ from graphcost.data.replica import (
 )
 from graphcost.data.synthetic import write_collection
 from graphcost.demo import demo_collections
-from graphcost.eval.crossval import compare_crossval, format_comparison
+from graphcost.eval.compare import compare_crossval, format_comparison
 from graphcost.formats import read_graph, write_graph
 
 Usage = namedtuple("Usage", "total used free")
@@ -207,7 +207,7 @@ def test_the_tile_estimate_holds_what_a_tile_replica_writes(tmp_path):
 def test_seed_average_leaves_an_undefined_graph_nan_without_a_warning():
     import warnings
 
-    from graphcost.eval.crossval import seed_average
+    from graphcost.eval.compare import seed_average
 
     runs = [{"graphs": {"flat": {"score": float("nan")}, "ok": {"score": 0.5}}},
             {"graphs": {"flat": {"score": float("nan")}, "ok": {"score": float("nan")}}}]

@@ -182,7 +182,7 @@ def submit_cmd(data: str, models: tuple[str, ...], out_path: str, split: str, de
 
 
 @click.command("crossval")
-@click.argument("data", type=click.Path(exists=True, file_okay=False))
+@click.argument("data", nargs=-1, required=True, metavar="DATA...")
 @click.option("--folds", type=int, default=5, show_default=True,
               help="folds of program families; each family is held out exactly once")
 @click.option("--model", "model_name", default="ranker", show_default=True,
@@ -201,21 +201,25 @@ def submit_cmd(data: str, models: tuple[str, ...], out_path: str, split: str, de
               help="keep each fold's run in OUT/fold-<i> and the results in OUT/crossval.json")
 @click.option("--json", "json_path", type=click.Path(dir_okay=False), default=None,
               help="also write the results (per fold, per graph, overall) here")
-@click.option("--group", type=click.Choice(["family", "graph"]), default="family",
+@click.option("--group", type=click.Choice(["family", "graph", "source"]), default="family",
               show_default=True,
               help="deal whole program families into folds (unseen programs), or single "
-                   "graphs (their families seen in training: the comparison figure)")
+                   "graphs (their families seen in training: the comparison figure); or, "
+                   "with several DATA, one fold per source (each DATA a source, given as "
+                   "[NAME=]PATH; NAME defaults to the folder above npz/): code from a "
+                   "source never trained on")
 @click.option("--external", type=click.Path(exists=True, file_okay=False), default=None,
               help="instead of folds, train one model on every family of DATA and score "
                    "every graph of this collection (an external test set, same kind)")
 @click.option("--verbose", is_flag=True, help="print every epoch's line, as `train` does")
 @_device_option
-def crossval_cmd(data: str, folds: int, model_name: str, sets: tuple[str, ...],
+def crossval_cmd(data: tuple[str, ...], folds: int, model_name: str, sets: tuple[str, ...],
                  epochs: int | None, valid_fraction: float, seed: int, out_dir: str | None,
                  json_path: str | None, group: str, external: str | None, verbose: bool,
                  device: str) -> None:
     """Leave-family-out k-fold cross-validation on every graph of a collection (all its
-    splits pooled): per-fold and overall mean τ (tile: tile score) with 95% intervals."""
+    splits pooled): per-fold and overall mean τ (tile: tile score) with 95% intervals.
+    With `--group source`, one collection per source, each held out in turn."""
     from graphcost.atomic import write_json
     from graphcost.eval.crossval import crossvalidate, format_overall
     from graphcost.train.settings import parse_settings
@@ -223,12 +227,40 @@ def crossval_cmd(data: str, folds: int, model_name: str, sets: tuple[str, ...],
     given = _given(click.get_current_context(), device=device, seed=seed, epochs=epochs)
     settings, model_kw = parse_settings(sets, model_name, {"progress": verbose},
                                         **given)  # a bad --set: UserError, exit 2
-    result = crossvalidate(data, model_name, folds, settings, model_kw, out_dir,
+    if group == "source":
+        scored: str | dict[str, str] = source_paths(data)
+    elif len(data) > 1:
+        raise click.UsageError(f"{len(data)} DATA given: several collections are held out "
+                               "source by source (--group source)")
+    else:
+        scored = _existing_folder(data[0])
+    result = crossvalidate(scored, model_name, folds, settings, model_kw, out_dir,
                            settings.seed,  # --seed, or --set seed=: it seeds the folds too
                            valid_fraction, group, external, log=click.echo)
     click.echo(format_overall(result))
     if json_path:
         write_json(result, json_path)
+
+
+def _existing_folder(path: str) -> str:
+    if not Path(path).is_dir():
+        raise click.BadParameter(f"Directory {path!r} does not exist", param_hint="DATA")
+    return path
+
+
+def source_paths(data: tuple[str, ...]) -> dict[str, str]:
+    """`[NAME=]PATH` arguments as source name → folder; a name not given is the folder
+    above `npz/` (what `collect` wrote into), or the folder's own name."""
+    out: dict[str, str] = {}
+    for arg in data:
+        name, _, path = arg.rpartition("=")
+        parts = Path(_existing_folder(path)).resolve().parts
+        name = name or (parts[parts.index("npz") - 1] if "npz" in parts else parts[-1])
+        if name in out:
+            raise click.BadParameter(f"two sources named {name} ({out[name]} and {path}); "
+                                     "name them: NAME=PATH", param_hint="DATA")
+        out[name] = path
+    return out
 
 
 @click.command("compare")
@@ -251,7 +283,7 @@ def compare_cmd(runs: tuple[str, ...], against: tuple[str, ...], heuristics: tup
     difference RUNS − AGAINST over the same graphs, with bootstrap 95% intervals; and
     with --heuristic, the same for RUNS − the best heuristic."""
     from graphcost.atomic import write_json
-    from graphcost.eval.crossval import (
+    from graphcost.eval.compare import (
         best_heuristic,
         compare_crossval,
         format_comparison,

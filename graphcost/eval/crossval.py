@@ -13,6 +13,11 @@ family of the collection (validation families carved as in a fold) scores every 
 the external one, programs from outside the collection's zoo; the result has the same
 form, so `compare` pairs models on it as on the folds.
 
+Held out source by source (`group='source'`, several collections of one name, each a
+source of programs: the zoo, one library's programs), there is one fold per source: a
+model trained on every other source scores every graph of it. That is the question a
+user asks: does a model trained on others' code hold on mine?
+
 Training is `train_model` and scoring `evaluate_model`, the paths of `graphcost train`
 and `graphcost evaluate`; only the choice of files differs.
 """
@@ -20,23 +25,20 @@ and `graphcost evaluate`; only the choice of files differs.
 from __future__ import annotations
 
 import dataclasses
-import json
 import tempfile
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
-
-import numpy as np
 
 from graphcost.atomic import write_json
 from graphcost.data.collection import Collection, open_collection
 from graphcost.data.families import carve_families, family_folds, family_of, family_sizes
 from graphcost.errors import UserError
 from graphcost.eval.evaluate import evaluate_model
-from graphcost.eval.metrics import summarize, why_undefined
+from graphcost.eval.metrics import summarize
 from graphcost.models.model import Model
-from graphcost.stats import MeanCI, mean_over
+from graphcost.stats import MeanCI
 from graphcost.train.run import train_model
 from graphcost.train.settings import TrainSettings
 
@@ -67,7 +69,7 @@ def pooled_files(coll: Collection) -> dict[str, Path]:
     return files
 
 
-GROUPS = ("family", "graph")
+GROUPS = ("family", "graph", "source")
 
 
 def plan_folds(coll: Collection, folds: int, seed: int = 0,
@@ -78,8 +80,9 @@ def plan_folds(coll: Collection, folds: int, seed: int = 0,
     `group='graph'` deals single graphs instead of families (each graph its own group),
     so every held-out graph has relatives in training: the seen-family figure that the
     leave-family-out one is measured against."""
-    if group not in GROUPS:
-        raise UserError(f"unknown fold grouping {group!r}; choose from {list(GROUPS)}")
+    if group not in GROUPS[:2]:
+        raise UserError(f"unknown fold grouping {group!r} of one collection; choose from "
+                        f"{list(GROUPS[:2])} (by source: several collections, `source_folds`)")
     files = pooled_files(coll)
     group_of = family_of if group == "family" else str
     sizes = family_sizes(files) if group == "family" else {n: 1 for n in sorted(files)}
@@ -122,8 +125,50 @@ def external_fold(coll: Collection, external: Collection, seed: int = 0,
         name=coll.name, root=coll.root, splits={s: f for s, f in splits.items() if f}))
 
 
-def crossvalidate(data: str | Path, model: str = "ranker", folds: int = 5,
-                  settings: TrainSettings | None = None,
+def source_folds(sources: Mapping[str, Collection], seed: int = 0,
+                 valid_fraction: float = 0.15) -> list[Fold]:
+    """One fold per source: train on every family of the other sources (less validation
+    families carved from them, seed + fold), hold out every graph of the source. The
+    sources must be one collection (same name) and share no graph and no family."""
+    if len(sources) < 2:
+        raise UserError(f"holding out source by source needs at least two sources, got "
+                        f"{len(sources)}: give several collections")
+    names = {s: c.name for s, c in sources.items()}
+    if len(set(names.values())) > 1:
+        raise UserError("the sources are not one collection: " + ", ".join(
+            f"{s} holds {n} ({sources[s].root})" for s, n in names.items()))
+    files = {s: pooled_files(c) for s, c in sources.items()}
+    home: dict[str, str] = {}
+    for s, named in files.items():
+        for family in family_sizes(named):
+            if family in home:
+                raise UserError(f"family {family} is in two sources, {home[family]} and {s}: "
+                                "a source held out would then be trained on")
+            home[family] = s
+    plan = []
+    for i, (held, coll) in enumerate(sources.items(), 1):
+        rest = {n: p for s, named in files.items() if s != held for n, p in named.items()}
+        sizes = family_sizes(rest)
+        valid = carve_families(sizes, valid_fraction, seed + i)
+        train = [f for f in sizes if f not in valid]
+        splits = {"train": [p for n, p in rest.items() if family_of(n) in train],
+                  "valid": [p for n, p in rest.items() if family_of(n) in valid],
+                  "test": list(files[held].values())}
+        plan.append(Fold(i, [held], valid, train, Collection(
+            name=coll.name, root=coll.root, splits={s: f for s, f in splits.items() if f})))
+    return plan
+
+
+def scored_files(run: dict[str, Any]) -> dict[str, Path]:
+    """Every file a crossval result scored, by graph name: its one collection, or with
+    `data` a source → collection mapping (held out source by source), all of them."""
+    data = run["data"]
+    paths = data.values() if isinstance(data, dict) else [data]
+    return {n: p for path in paths for n, p in pooled_files(open_collection(path)).items()}
+
+
+def crossvalidate(data: str | Path | Mapping[str, str | Path], model: str = "ranker",
+                  folds: int = 5, settings: TrainSettings | None = None,
                   model_settings: dict[str, Any] | None = None,
                   out_dir: str | Path | None = None, seed: int = 0,
                   valid_fraction: float = 0.15, group: str = "family",
@@ -138,22 +183,40 @@ def crossvalidate(data: str | Path, model: str = "ranker", folds: int = 5,
     families, an unknown model or setting) raises UserError before any training.
     With `external` (another collection of the same kind), one model trained on all of
     `data` scores every graph of it instead (`external_fold`); `folds` is then 1.
+    With `group='source'`, `data` maps source names to collections, one fold per source
+    (`source_folds`); `folds` is then the number of sources.
     """
     say = log or (lambda _: None)
-    coll = open_collection(data)
+    sources = None
+    if group == "source":
+        if not isinstance(data, Mapping) or external is not None:
+            raise UserError("holding out source by source needs several collections, by "
+                            "source name, and no external collection")
+        sources = {name: open_collection(path) for name, path in data.items()}
+        coll = next(iter(sources.values()))
+    elif isinstance(data, Mapping):
+        raise UserError(f"{len(data)} collections given: several are held out source by "
+                        "source only (group 'source')")
+    else:
+        coll = open_collection(data)
     kind = coll.kind
     Model(model, kind, **(model_settings or {}))  # refuse an unknown model or setting now
     s = settings or TrainSettings()
     s.check()
-    if external is None:
-        plan, scored = plan_folds(coll, folds, seed, valid_fraction, group), data
+    scored: Any
+    if sources is not None:
+        plan = source_folds(sources, seed, valid_fraction)
+        folds, scored = len(plan), {n: str(c.root.resolve()) for n, c in sources.items()}
+    elif external is None:
+        plan = plan_folds(coll, folds, seed, valid_fraction, group)
+        scored = str(Path(data).resolve())
     else:
         ext = open_collection(external)
         plan, scored, folds, group = [external_fold(coll, ext, seed, valid_fraction)], \
-            external, 1, "external"
+            str(Path(external).resolve()), 1, "external"
     result: dict[str, Any] = {
         "collection": coll.name if external is None else f"{ext.name} at {ext.root}",
-        "data": str(Path(scored).resolve()), "kind": kind,
+        "data": scored, "kind": kind,
         "trained_on": coll.name, "model": model, "model_settings": model_settings or {},
         "settings": dataclasses.asdict(s), "folds": folds, "seed": seed,
         "valid_fraction": valid_fraction, "group": group, "fold_results": [], "graphs": {},
@@ -168,7 +231,9 @@ def crossvalidate(data: str | Path, model: str = "ranker", folds: int = 5,
             report = evaluate_model(m, fold.collection, "test", chunk_size=s.chunk_size,
                                     device=s.device, keep_predictions=True)
             for name, row in report["graphs"].items():
-                result["graphs"][name] = {"fold": fold.index, "family": family_of(name), **row}
+                result["graphs"][name] = {"fold": fold.index, "family": family_of(name),
+                                          **({"source": fold.held_out[0]} if sources else {}),
+                                          **row}
             row = {"fold": fold.index, "held_out": fold.held_out, "valid": fold.valid,
                    "train": fold.train,
                    "graphs": {sp: fold.count(sp) for sp in ("train", "valid", "test")},
@@ -188,13 +253,13 @@ def crossvalidate(data: str | Path, model: str = "ranker", folds: int = 5,
 
 def _figures(summary: dict, kind: str) -> str:
     """The collection's score as `graphcost evaluate` reports it: layout τ, tile score."""
-    score = _mean(summary["score"])
+    score = mean_text(summary["score"])
     if kind == "tile":
-        return f"tile score {score}  τ {_mean(summary['kendall_tau'])}"
+        return f"tile score {score}  τ {mean_text(summary['kendall_tau'])}"
     return f"τ {score}"
 
 
-def _mean(ci: dict) -> str:
+def mean_text(ci: dict) -> str:
     """A mean with its interval and, when graphs were left out of it, over how many graphs
     it is and which were left out and why."""
     return MeanCI(**ci).noting()
@@ -223,189 +288,25 @@ def format_overall(result: dict) -> str:
         how = ("leave-graph-out", "never saw the graph")
     if result.get("group") == "external":  # programs from outside the training zoo
         how = ("external", "never saw its programs")
+    if result.get("group") == "source":
+        how = ("leave-source-out", "never saw its source")
     lines = [f"{result['collection']} {result['model']}, {k}-fold {how[0]}: "
              f"{len(result['graphs'])} graphs, each scored once by the model that "
              f"{how[1]}; mean [95% interval]:",
              f"  {_figures(result['overall'], kind)}",
-             f"  OPA {_mean(result['overall']['opa'])}"]
+             f"  OPA {mean_text(result['overall']['opa'])}"]
+    for source, graphs in by_source(result["graphs"]).items():
+        lines.append(f"  {source} ({len(graphs)} graphs): {_figures(summarize(graphs), kind)}")
     if result["skipped"]:
         lines.append(f"  {len(result['skipped'])} unreadable files skipped")
     return "\n".join(lines)
 
 
-def seed_average(runs: list[dict], metric: str = "score") -> dict[str, float]:
-    """Per graph, `metric` averaged over the runs (seeds) that scored it; NaN where it
-    is undefined in every run (all runtimes equal), left out of means downstream."""
-    values: dict[str, list[float]] = {}
-    for run in runs:
-        for name, row in run["graphs"].items():
-            values.setdefault(name, []).append(float(row[metric]))
-    return {name: float(np.mean(defined)) if (defined := [x for x in v if not np.isnan(x)])
-            else np.nan for name, v in values.items()}
-
-
-def run_label(run: dict) -> str:
-    """The model and what was set away from its defaults (model settings, loss)."""
-    extra = {**run.get("model_settings", {}),
-             **({"loss": run["settings"]["loss"]} if run["settings"].get("loss") else {})}
-    return " ".join([run["model"], *(f"{k}={v}" for k, v in extra.items())])
-
-
-def read_results(paths: list[str | Path]) -> list[dict]:
-    """Crossval result files (`crossval --json`), refused with the file named when one
-    is not one."""
-    out = []
-    for p in paths:
-        try:
-            run = json.loads(Path(p).read_text())
-            if not isinstance(run, dict):
-                raise ValueError("not a JSON object")
-            missing = {"collection", "model", "seed", "graphs", "settings"} - set(run)
-            if missing:
-                raise ValueError(f"no {', '.join(sorted(missing))} (not a crossval result)")
-        except (OSError, ValueError) as e:
-            raise UserError(f"{p}: {e}") from None
-        out.append({**run, "file": str(p)})  # to name it when it cannot be paired
+def by_source(graphs: dict[str, dict]) -> dict[str, dict[str, dict]]:
+    """Graph rows of a result held out source by source, grouped by source (empty for
+    any other result)."""
+    out: dict[str, dict[str, dict]] = {}
+    for name, row in graphs.items():
+        if "source" in row:
+            out.setdefault(row["source"], {})[name] = row
     return out
-
-
-def protocol_of(run: dict) -> dict[str, Any]:
-    """What two crossval results must share to be paired: the graphs, scored and held
-    out the same way. Seeds, models and settings may differ: they are what is compared.
-    A result older than `--group` was grouped by family; one older than `trained_on`
-    does not say what it trained on, so that is not compared."""
-    protocol = {key: run.get(key) for key in ("collection", "kind", "folds")}
-    protocol["group"] = run.get("group", "family")
-    if "trained_on" in run:
-        protocol["trained_on"] = run["trained_on"]
-    return protocol
-
-
-def _file(run: dict) -> str:
-    return run.get("file", f"the result of seed {run.get('seed')}")
-
-
-def check_protocol(results: list[dict]) -> None:
-    """Refuse results of different protocols (another grouping, number of folds,
-    collection, external set, or set of graphs scored), naming both files and what
-    differs: their difference would measure the protocol, not the models."""
-    first = results[0]
-    for r in results[1:]:
-        a, b = protocol_of(first), protocol_of(r)
-        for key in a.keys() & b.keys():
-            if a[key] != b[key]:
-                raise UserError(f"{_file(first)} and {_file(r)} differ in {key}: "
-                                f"{a[key]!r} and {b[key]!r}; compare pairs results of one "
-                                "crossval protocol")
-        only = sorted(set(first["graphs"]) ^ set(r["graphs"]))
-        if only:
-            raise UserError(f"{_file(first)} and {_file(r)} differ in the graphs scored: "
-                            f"{len(first['graphs'])} and {len(r['graphs'])}, {len(only)} scored "
-                            f"by one only (e.g. {only[0]}); compare pairs results of one "
-                            "crossval protocol")
-
-
-def seed_ensemble(runs: list[dict]) -> dict:
-    """The runs of one model (one per seed) as a single result: per graph, the mean of
-    each seed's predictions as ranks (0 = predicted fastest, scaled to [0, 1]), scored
-    again on the collection's runtimes. A seed ensemble costs no training beyond the
-    seeds' own, so it is a fair opponent for a heuristic."""
-    from scipy.stats import rankdata
-
-    from graphcost.eval.metrics import graph_metrics
-    from graphcost.formats.npz import read_graph
-
-    check_protocol(runs)
-    missing = [r["seed"] for r in runs if any("pred" not in g for g in r["graphs"].values())]
-    if missing:
-        raise UserError(f"the results of seeds {missing} keep no per-config predictions "
-                        "(made by an older graphcost): run crossval again")
-    coll = open_collection(runs[0]["data"])
-    files = pooled_files(coll)
-    rows = {}
-    for name in sorted(set.intersection(*(set(r["graphs"]) for r in runs))):
-        ranks = [(rankdata(r["graphs"][name]["pred"]) - 1) / max(len(r["graphs"][name]["pred"])
-                                                                 - 1, 1) for r in runs]
-        pred = np.mean(ranks, axis=0)
-        target = np.asarray(read_graph(files[name]).target, dtype=np.float64)
-        if target.shape != pred.shape:
-            raise UserError(f"{name}: {pred.size} predictions for its {target.size} configs "
-                            "(the results are of another version of the collection)")
-        rows[name] = {**graph_metrics(coll.kind, pred, target), "pred": pred.tolist(),
-                      "fold": runs[0]["graphs"][name].get("fold")}
-    seeds = "+".join(str(r["seed"]) for r in runs)
-    kept = ("collection", "trained_on", "data", "kind", "folds", "group", "settings")
-    return {**{k: runs[0][k] for k in kept if k in runs[0]},
-            "model": f"{run_label(runs[0])} ensemble", "model_settings": {}, "seed": seeds,
-            "graphs": rows, "ensemble_of": [r["seed"] for r in runs],
-            "file": " + ".join(_file(r) for r in runs)}
-
-
-def compare_crossval(runs: list[dict], against: list[dict], metric: str = "score") -> dict:
-    """Runs of one model (one JSON per seed) against runs of another on the same graphs:
-    each side's per-graph mean over its seeds, both means and the paired difference
-    runs − against over the graphs both scored, with bootstrap 95% intervals."""
-    for side in (runs, against):
-        if not side:
-            raise UserError("compare needs at least one crossval result on each side")
-    for name, side_runs in (("RUNS", runs), ("--against", against)):
-        seeds = [r["seed"] for r in side_runs]
-        if len(set(seeds)) < len(seeds):
-            raise UserError(f"{name} holds two results of one seed ({seeds}): one file per "
-                            "seed on each side, and --against before each of its files")
-    check_protocol(runs + against)
-    a, b = seed_average(runs, metric), seed_average(against, metric)
-    common = sorted(set(a) & set(b))
-    if not common:
-        raise UserError("the two sides scored no graph in common")
-    rows = {n: r["graphs"][n] for r in runs + against for n in common if n in r["graphs"]}
-
-    def why(name: str) -> str:  # a graph with no value on a side: its metric is undefined
-        return why_undefined(rows[name], metric)
-
-    def side(results: list[dict], values: dict[str, float]) -> dict:
-        return {"model": run_label(results[0]), "seeds": [r["seed"] for r in results],
-                "mean": dataclasses.asdict(mean_over({n: values[n] for n in common}, why)),
-                "per_seed": [float(np.nanmean([r["graphs"][n][metric] for n in common
-                                               if n in r["graphs"]])) for r in results]}
-
-    difference = mean_over({n: a[n] - b[n] for n in common}, why)
-    return {"collection": runs[0]["collection"], "metric": metric, "graphs": len(common),
-            "runs": side(runs, a), "against": side(against, b),
-            "difference": dataclasses.asdict(difference)}
-
-
-def best_heuristic(runs: list[dict], heuristics: list[dict], metric: str = "score") -> dict:
-    """`compare_crossval` of `runs` with the best of several heuristic baselines (results
-    of one heuristic, one per seed, are its seeds): the one of the highest mean over the
-    graphs both scored. Choosing it on these graphs favours the heuristics, so a paired
-    difference that still excludes 0 is one learning earned."""
-    by_model: dict[str, list[dict]] = {}
-    for h in heuristics:
-        by_model.setdefault(run_label(h), []).append(h)
-    comparisons = [compare_crossval(runs, side, metric) for side in by_model.values()]
-    return max(comparisons, key=lambda c: c["against"]["mean"]["mean"])
-
-
-def _side(s: dict) -> str:
-    seeds = ", ".join(f"{v:.3f}" for v in s["per_seed"])
-    return f"{s['model']:<12} {_mean(s['mean'])}  (seeds {s['seeds']}: {seeds})"
-
-
-def _difference(c: dict) -> str:
-    return (f"paired difference {c['runs']['model']} − {c['against']['model']}: "
-            f"{_mean(c['difference'])}")
-
-
-def format_comparison(c: dict) -> str:
-    """Both sides' means and the paired difference, one line each; with the best
-    heuristic (`c['heuristic']`, from `best_heuristic`), its mean and difference too."""
-    lines = [f"{c['collection']}: {c['metric']} over {c['graphs']} graphs scored by both, "
-             "mean over seeds per graph [95% interval]:",
-             f"  {_side(c['runs'])}", f"  {_side(c['against'])}", f"  {_difference(c)}"]
-    h = c.get("heuristic")
-    if h is not None:
-        lines += [f"best heuristic, over the {h['graphs']} graphs it and "
-                  f"{c['runs']['model']} scored:", f"  {_side(h['against'])}",
-                  f"  {_difference(h)}"]
-    return "\n".join(lines)

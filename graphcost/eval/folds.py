@@ -16,7 +16,8 @@ from typing import Any
 
 from graphcost.data.collection import open_collection
 from graphcost.errors import UserError
-from graphcost.eval.crossval import crossvalidate, read_results
+from graphcost.eval.compare import read_results
+from graphcost.eval.crossval import crossvalidate
 from graphcost.train.settings import TrainSettings
 
 
