@@ -383,3 +383,44 @@ def test_crossval_by_source_refuses_what_cannot_be_held_out(tmp_path):
         r = CliRunner().invoke(main, ["crossval", *args, *FAST])
         assert r.exit_code == 2 and words in r.output and "Traceback" not in r.output, \
             (args, r.output)
+
+
+def test_rescore_scores_the_kept_fold_models_again_with_a_scoring_setting(tmp_path):
+    """correction=0 leaves the rule alone (its weight starts at 1 and one step keeps it
+    positive): every held-out graph then scores as changed-bytes does in the same folds."""
+    args = [f"{s}={write_families(tmp_path / s, families=f)}" for s, f in SOURCES.items()]
+    ranker, rule, shrunk = (tmp_path / f"{n}.json" for n in ("ranker", "rule", "shrunk"))
+    for model, path, extra in (("ranker", ranker, ["--out", str(tmp_path / "runs"), *FAST]),
+                               ("changed-bytes", rule, [])):
+        r = CliRunner().invoke(main, ["crossval", *args, "--group", "source", "--model",
+                                      model, "--json", str(path), *extra])
+        assert r.exit_code == 0, r.output
+    r = CliRunner().invoke(main, ["rescore", str(ranker), "--set", "correction=0",
+                                  "--json", str(shrunk)])
+    assert r.exit_code == 0 and "leave-source-out" in r.output, r.output
+    got, want = (json.loads(p.read_text()) for p in (shrunk, rule))
+    assert got["model_settings"] == {"hidden": 16, "correction": 0.0}
+    assert got["group"] == "source"
+    assert set(got["graphs"]) == set(want["graphs"])
+    for name, row in want["graphs"].items():
+        assert got["graphs"][name]["source"] == row["source"]
+        np.testing.assert_allclose(got["graphs"][name]["score"], row["score"], atol=1e-9)
+    before = json.loads(ranker.read_text())
+    assert any(abs(got["graphs"][n]["score"] - before["graphs"][n]["score"]) > 1e-6
+               for n in before["graphs"])  # the learned part did move some ranking
+    r = CliRunner().invoke(main, ["compare", str(shrunk), "--against", str(rule)])
+    assert r.exit_code == 0 and "zoo (4 graphs)" in r.output, r.output
+    for sets, words in ((["hidden=8"], "not hidden"), (["lr=0.1"], "not lr"),
+                        (["correction=-1"], "correction")):
+        r = CliRunner().invoke(main, ["rescore", str(ranker), *(f"--set={s}" for s in sets),
+                                      "--json", str(tmp_path / "x.json")])
+        assert r.exit_code == 2 and words in r.output and "Traceback" not in r.output, r.output
+    r = CliRunner().invoke(main, ["rescore", str(rule), "--set", "correction=0.5", "--json",
+                                  str(tmp_path / "x.json")])
+    assert r.exit_code == 2 and "unknown setting 'correction'" in r.output, r.output
+    before["fold_results"][1]["run_dir"] = None  # crossval without --out keeps no model
+    ranker.write_text(json.dumps(before))
+    r = CliRunner().invoke(main, ["rescore", str(ranker), "--set", "correction=0.5", "--json",
+                                  str(tmp_path / "x.json")])
+    assert r.exit_code == 2 and "fold 2 of" in r.output and "kept no model" in r.output
+    assert not (tmp_path / "x.json").exists()

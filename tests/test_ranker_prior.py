@@ -125,3 +125,34 @@ def test_cli_refuses_an_unknown_prior(tmp_path):
                                   "--out", str(tmp_path / "run")])
     assert r.exit_code == 2 and "prior" in r.output and "moved-bytes" in r.output, r.output
     assert "Traceback" not in r.output
+
+
+def test_correction_weighs_the_learned_part_on_every_scoring_path():
+    """`correction` c scores c · (network) + w · rule on every path: 0 leaves the rule
+    alone, 1 is the ranker as trained; without a rule underneath it is refused."""
+    g = layout_graph(LAYOUTS)
+    m = built("layout", [g], prior="fewest-changes")
+    torch.manual_seed(0)
+    torch.nn.init.normal_(m.net.head[1].lins[-1].weight)
+    gt = m.prepare(g)
+    ids = np.arange(len(LAYOUTS))
+    rule = np.log1p([0, 1, 1, 2, 1])
+
+    def paths(c: float) -> list[np.ndarray]:
+        m.net.eval()
+        m.net.s.correction = c
+        return [m.net.score_configs(gt, ids).numpy(),
+                m.net.score_configs(gt, ids, fast=False).numpy(),
+                m.net.config_scorer(gt)(gt.configs(ids)).numpy()]
+
+    with torch.no_grad():
+        m.net.prior.weight.fill_(0.7)
+    full, quarter, none = paths(1.0), paths(0.25), paths(0.0)
+    assert np.ptp(full[0] - 0.7 * rule) > 1e-3  # the network's part is not flat
+    for f, q, n in zip(full, quarter, none, strict=True):
+        np.testing.assert_allclose(n, 0.7 * rule, atol=1e-6)
+        np.testing.assert_allclose(q, 0.7 * rule + 0.25 * (f - 0.7 * rule), atol=1e-5)
+    with pytest.raises(SettingsError, match="needs a 'prior'"):
+        Model("ranker", "tile", correction=0.5)
+    assert Model("ranker", "tile", prior="config-only", correction=0.5).settings.correction \
+        == 0.5

@@ -263,6 +263,32 @@ def source_paths(data: tuple[str, ...]) -> dict[str, str]:
     return out
 
 
+@click.command("rescore")
+@click.argument("result", type=click.Path(exists=True, dir_okay=False))
+@click.option("--set", "sets", multiple=True, metavar="KEY=VALUE", required=True,
+              help="a scoring setting: correction, ref_configs or ref_sets; repeatable")
+@click.option("--json", "json_path", type=click.Path(dir_okay=False), required=True,
+              help="write the new result here (a crossval result, for `compare`)")
+def rescore_cmd(result: str, sets: tuple[str, ...], json_path: str) -> None:
+    """Score a crossval result's held-out graphs again with its saved fold models (crossval
+    --out), a scoring setting changed: e.g. how much of what a ranker learned on top of its
+    rule to keep (`--set correction=0.5`). No training."""
+    import dataclasses
+
+    from graphcost.atomic import write_json
+    from graphcost.eval.compare import read_results
+    from graphcost.eval.crossval import format_overall, rescore
+    from graphcost.train.settings import parse_settings
+
+    (run,) = read_results([result])
+    training, overrides = parse_settings(sets, run["model"], {})
+    keys = {pair.partition("=")[0].strip() for pair in sets}
+    trained = {k: v for k, v in dataclasses.asdict(training).items() if k in keys}
+    new = rescore(run, {**trained, **overrides}, log=click.echo)  # refuses training keys
+    click.echo(format_overall(new))
+    write_json(new, json_path)
+
+
 @click.command("compare")
 @click.argument("runs", nargs=-1, required=True, type=click.Path(exists=True, dir_okay=False))
 @click.option("--against", multiple=True, required=True,

@@ -251,6 +251,46 @@ def crossvalidate(data: str | Path | Mapping[str, str | Path], model: str = "ran
     return result
 
 
+#: settings that change how a trained model scores, not what it learned
+SCORING_SETTINGS = ("correction", "ref_configs", "ref_sets")
+
+
+def rescore(run: dict[str, Any], overrides: dict[str, Any],
+            log: Callable[[str], None] | None = None) -> dict[str, Any]:
+    """`run` (a crossval result kept with `--out`) scored again: each fold's saved model,
+    with scoring settings changed (`SCORING_SETTINGS`, e.g. the ranker's `correction`),
+    scores its held-out graphs. No training: a sweep of such a setting costs one
+    prediction per value, on exactly the models and folds of `run`."""
+    say = log or (lambda _: None)
+    wrong = sorted(set(overrides) - set(SCORING_SETTINGS))
+    if wrong:
+        raise UserError(f"rescore changes only how a trained model scores "
+                        f"({', '.join(SCORING_SETTINGS)}), not {', '.join(wrong)}")
+    files = scored_files(run)
+    out = {**run, "model_settings": {**run["model_settings"], **overrides}, "graphs": {},
+           "fold_results": [], "rescored_from": run.get("file")}
+    out.pop("file", None)
+    for fold in run["fold_results"]:
+        if not fold.get("run_dir") or not (Path(fold["run_dir"]) / "model.pt").is_file():
+            raise UserError(f"fold {fold['fold']} of {run.get('file', 'the result')} kept no "
+                            "model (crossval without --out, or its folder was removed)")
+        m = Model.load(Path(fold["run_dir"]) / "model.pt")
+        m.settings = m.net.s = Model(m.name, m.kind, m.settings, **overrides).settings
+        held = {n: row for n, row in run["graphs"].items() if row["fold"] == fold["fold"]}
+        coll = Collection(name=run["trained_on"], root=Path(fold["run_dir"]),
+                          splits={"test": [files[n] for n in sorted(held)]})
+        report = evaluate_model(m, coll, "test", chunk_size=run["settings"]["chunk_size"],
+                                keep_predictions=True)
+        for name, row in report["graphs"].items():
+            kept = {k: v for k, v in held[name].items() if k in ("fold", "family", "source")}
+            out["graphs"][name] = {**kept, **row}
+        out["fold_results"].append({**fold, "summary": report["summary"]})
+        say(f"fold {fold['fold']}: {len(held)} graphs scored again, "
+            f"{_figures(report['summary'], run['kind'])}")
+    out["overall"] = summarize(out["graphs"])
+    return out
+
+
 def _figures(summary: dict, kind: str) -> str:
     """The collection's score as `graphcost evaluate` reports it: layout τ, tile score."""
     score = mean_text(summary["score"])

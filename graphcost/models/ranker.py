@@ -25,7 +25,8 @@ Pipeline for a layout graph (the tile variant differs only where noted):
 8. Optionally a rule underneath (`prior`, issue 31): a heuristic baseline's score,
    squashed and times a learned weight (`heuristics.Prior`), is added to the head's,
    whose last layer starts at zero, so training starts from the rule and learns a
-   correction on top of it.
+   correction on top of it. At prediction the correction is weighted by `correction`
+   (1: as trained; 0: the rule alone), a shrinkage chosen on sources never trained on.
 
 Chunk-order independence at full size: during training the C sampled configs attend
 to each other. At prediction a graph's configs may be far too many for one pass, so
@@ -114,6 +115,9 @@ class RankerSettings:
     # "changed-bytes" (layout; its default, `models.registry`), "config-only" (tile); "":
     # none, the ranker learns from scratch
     prior: str = ""
+    # with a prior: the weight of the learned correction when configs are scored (step
+    # 8); the training loss always uses 1
+    correction: float = 1.0
     change_features: bool = False  # layout: per role, changed order or not (`layout_features`)
     # what a checkpoint written before a setting existed was trained with
     BEFORE: ClassVar[dict[str, Any]] = {"tile_join": "late"}
@@ -128,7 +132,7 @@ class RankerSettings:
         "heads": fields.AT_LEAST_1, "ref_configs": fields.AT_LEAST_1,
         "ref_sets": fields.AT_LEAST_1, "segment_size": fields.NON_NEGATIVE,
         "segment_halo": fields.AT_LEAST_MINUS_1, "tile_join": fields.one_of("early", "late"),
-        "prior": fields.one_of("", *PRIORS)}
+        "prior": fields.one_of("", *PRIORS), "correction": fields.NON_NEGATIVE}
 
 
 def reference_sets(num_configs: int, size: int, sets: int = 1) -> list[np.ndarray]:
@@ -329,6 +333,10 @@ class Ranker(RankingNet):
         scores = self.score_embedding(self.embed(b), b.mask)
         return scores if self.prior is None else scores + self.prior(b)
 
+    def _corrected(self, head: Tensor, prior: Tensor | int) -> Tensor:
+        """Scores of configs: the rule plus the learned correction, weighted (step 8)."""
+        return head if self.prior is None else self.s.correction * head + prior
+
     def encode_segment(self, b: Batch, share: Tensor | None = None) -> Tensor:
         """Segment hook (models/segments.py): `embed` of each graph's segment in `b` with
         its pooled parts weighted by `share` (B, 2), the segment's node and config-node
@@ -425,7 +433,8 @@ class Ranker(RankingNet):
             same = [(own == rid[None, :]).unsqueeze(0) for rid in rids]
             configs = None if self.prior is None else g.configs(chunk)  # read once for both
             prior = 0 if configs is None else self.prior.scores(g, configs).cpu()
-            out.append(self._head_against(embed(chunk, configs), states, same) + prior)
+            out.append(self._corrected(self._head_against(embed(chunk, configs), states, same),
+                                       prior))
         return torch.cat(out) if out else torch.zeros(0)
 
     def config_scorer(self, g: GraphTensors, chunk_size: int = 1024,
@@ -483,7 +492,7 @@ class Ranker(RankingNet):
                 same = [first_equal(q.to(f.dtype), f, c)
                         for f, c in zip(flats, codes, strict=True)]
                 prior = 0 if self.prior is None else self.prior.scores(g, chunk).cpu()
-                out.append(self._head_against(embed(chunk), states, same) + prior)
+                out.append(self._corrected(self._head_against(embed(chunk), states, same), prior))
             return torch.cat(out) if out else torch.zeros(0)
 
         return score
