@@ -424,3 +424,20 @@ def test_rescore_scores_the_kept_fold_models_again_with_a_scoring_setting(tmp_pa
                                   str(tmp_path / "x.json")])
     assert r.exit_code == 2 and "fold 2 of" in r.output and "kept no model" in r.output
     assert not (tmp_path / "x.json").exists()
+
+
+def test_train_pools_several_sources_keeping_whole_families_for_early_stopping(tmp_path):
+    args = [f"{s}={write_families(tmp_path / s, 'tile', families=f)}"
+            for s, f in SOURCES.items()]
+    out = tmp_path / "run"
+    r = CliRunner().invoke(main, ["train", *args, "--model", "mlp", "--out", str(out),
+                                  "--valid-fraction", "0.3", *FAST])
+    assert r.exit_code == 0, r.output
+    files = json.loads((out / "run.json").read_text())["files"]
+    train, valid = ({family_of(f[:-4]) for f in files[s]} for s in ("train", "valid"))
+    every = {f for fams in SOURCES.values() for f in fams}
+    assert train | valid == every and not train & valid and valid
+    assert (out / "model.pt").is_file()
+    r = CliRunner().invoke(main, ["train", *args, args[0], "--out", str(tmp_path / "again"),
+                                  *FAST])
+    assert r.exit_code == 2 and "two sources named zoo" in r.output, r.output

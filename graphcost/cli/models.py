@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Any
 
 import click
 from click.core import ParameterSource
@@ -42,7 +43,7 @@ class _TrainCommand(click.Command):
 
 
 @click.command("train", cls=_TrainCommand)
-@click.argument("data", type=click.Path(exists=True))
+@click.argument("data", nargs=-1, required=True, metavar="DATA...")
 @click.option("--model", "model_name", default="ranker", show_default=True,
               help="ranker, or a baseline: sage-early, sage-late, mlp (tile), resgcn (layout); "
                    "or a heuristic: fewest-changes, moved-bytes, changed-bytes (layout), "
@@ -61,10 +62,16 @@ class _TrainCommand(click.Command):
 @click.option("--nproc", type=click.IntRange(min=1), default=1, show_default=True,
               help="data-parallel processes on this machine (DDP via torchrun; with --device "
                    "cuda one per GPU); the global batch stays graphs_per_batch")
-def train_cmd(data: str, model_name: str, out_dir: str, resume: bool, overwrite: bool,
-              device: str, seed: int, epochs: int | None, sets: tuple[str, ...],
-              nproc: int) -> None:
-    """Train a ranking model on a collection (its train split; valid for early stopping)."""
+@click.option("--valid-fraction", type=float, default=0.15, show_default=True,
+              help="several DATA: share of the pooled graphs, whole families, kept for "
+                   "early stopping")
+def train_cmd(data: tuple[str, ...], model_name: str, out_dir: str, resume: bool,
+              overwrite: bool, device: str, seed: int, epochs: int | None,
+              sets: tuple[str, ...], nproc: int, valid_fraction: float) -> None:
+    """Train a ranking model on a collection (its train split; valid for early stopping).
+
+    Several DATA (sources of programs, [NAME=]PATH as for `crossval --group source`) are
+    pooled, every split: whole families are kept for early stopping, the rest trained on."""
     from graphcost.atomic import check_writable
     from graphcost.train.distributed import is_main_process, launch
     from graphcost.train.run import train_model
@@ -76,6 +83,9 @@ def train_cmd(data: str, model_name: str, out_dir: str, resume: bool, overwrite:
     given = _given(click.get_current_context(), device=device, seed=seed, epochs=epochs)
     settings, model_kw = parse_settings(sets, model_name, **given)  # refused before any work
     check_writable(out_dir, folder=True)
+    if len(data) > 1 and nproc > 1:
+        raise click.UsageError("--nproc trains one collection; pool several DATA on one "
+                               "process")
     if nproc > 1:  # the same command in nproc processes, under torchrun
         from graphcost.data.collection import open_collection
         from graphcost.train.distributed import check_batch_split
@@ -95,7 +105,16 @@ def train_cmd(data: str, model_name: str, out_dir: str, resume: bool, overwrite:
         raise SystemExit(code)
     if resume and is_main_process() and not (Path(out_dir) / "last.pt").exists():
         click.echo(f"--resume: no {Path(out_dir) / 'last.pt'} yet, so a new run starts")
-    _, result = train_model(data, model_name, out_dir, settings, model_kw, resume, overwrite)
+    if len(data) > 1:
+        from graphcost.data.collection import open_collection
+        from graphcost.eval.crossval import pooled_sources
+
+        sources = {n: open_collection(p) for n, p in source_paths(data).items()}
+        trained: Any = pooled_sources(sources, settings.seed, valid_fraction)
+    else:
+        trained = _existing_path(data[0])
+    _, result = train_model(trained, model_name, out_dir, settings, model_kw, resume,
+                            overwrite)
     if is_main_process():  # under torchrun: one summary, from rank 0
         if result.get("early_stop") and not settings.progress:  # fit printed it otherwise
             click.echo(result["early_stop"])
@@ -240,6 +259,12 @@ def crossval_cmd(data: tuple[str, ...], folds: int, model_name: str, sets: tuple
     click.echo(format_overall(result))
     if json_path:
         write_json(result, json_path)
+
+
+def _existing_path(path: str) -> str:
+    if not Path(path).exists():
+        raise click.BadParameter(f"Path {path!r} does not exist.", param_hint="DATA")
+    return path
 
 
 def _existing_folder(path: str) -> str:

@@ -125,14 +125,9 @@ def external_fold(coll: Collection, external: Collection, seed: int = 0,
         name=coll.name, root=coll.root, splits={s: f for s, f in splits.items() if f}))
 
 
-def source_folds(sources: Mapping[str, Collection], seed: int = 0,
-                 valid_fraction: float = 0.15) -> list[Fold]:
-    """One fold per source: train on every family of the other sources (less validation
-    families carved from them, seed + fold), hold out every graph of the source. The
-    sources must be one collection (same name) and share no graph and no family."""
-    if len(sources) < 2:
-        raise UserError(f"holding out source by source needs at least two sources, got "
-                        f"{len(sources)}: give several collections")
+def source_files(sources: Mapping[str, Collection]) -> dict[str, dict[str, Path]]:
+    """Each source's files by graph name (every split pooled). The sources must be one
+    collection (same name) and share no family: a source held out would be trained on."""
     names = {s: c.name for s, c in sources.items()}
     if len(set(names.values())) > 1:
         raise UserError("the sources are not one collection: " + ", ".join(
@@ -145,18 +140,45 @@ def source_folds(sources: Mapping[str, Collection], seed: int = 0,
                 raise UserError(f"family {family} is in two sources, {home[family]} and {s}: "
                                 "a source held out would then be trained on")
             home[family] = s
-    plan = []
-    for i, (held, coll) in enumerate(sources.items(), 1):
-        rest = {n: p for s, named in files.items() if s != held for n, p in named.items()}
-        sizes = family_sizes(rest)
-        valid = carve_families(sizes, valid_fraction, seed + i)
-        train = [f for f in sizes if f not in valid]
-        splits = {"train": [p for n, p in rest.items() if family_of(n) in train],
-                  "valid": [p for n, p in rest.items() if family_of(n) in valid],
-                  "test": list(files[held].values())}
-        plan.append(Fold(i, [held], valid, train, Collection(
-            name=coll.name, root=coll.root, splits={s: f for s, f in splits.items() if f})))
-    return plan
+    return files
+
+
+def _fold(index: int, held: list[str], pool: dict[str, Path], test: list[Path],
+          like: Collection, seed: int, valid_fraction: float) -> Fold:
+    """A fold training on the families of `pool` (validation families carved from them,
+    seeded) and holding out `test`."""
+    sizes = family_sizes(pool)
+    valid = carve_families(sizes, valid_fraction, seed)
+    train = [f for f in sizes if f not in valid]
+    splits = {"train": [p for n, p in pool.items() if family_of(n) in train],
+              "valid": [p for n, p in pool.items() if family_of(n) in valid], "test": test}
+    return Fold(index, held, valid, train, Collection(
+        name=like.name, root=like.root, splits={s: f for s, f in splits.items() if f}))
+
+
+def source_folds(sources: Mapping[str, Collection], seed: int = 0,
+                 valid_fraction: float = 0.15) -> list[Fold]:
+    """One fold per source: train on every family of the other sources (less validation
+    families carved from them, seed + fold), hold out every graph of the source."""
+    if len(sources) < 2:
+        raise UserError(f"holding out source by source needs at least two sources, got "
+                        f"{len(sources)}: give several collections")
+    files = source_files(sources)
+    return [_fold(i, [held], {n: p for s, named in files.items() if s != held
+                              for n, p in named.items()},
+                  list(files[held].values()), coll, seed + i, valid_fraction)
+            for i, (held, coll) in enumerate(sources.items(), 1)]
+
+
+def pooled_sources(sources: Mapping[str, Collection], seed: int = 0,
+                   valid_fraction: float = 0.15) -> Collection:
+    """Every graph of every source in one collection to train on: families carved
+    (seeded) for validation, the rest the train split. What a model that users get
+    is trained on, after `source_folds` measured how such a model holds."""
+    files = source_files(sources)
+    pool = {n: p for named in files.values() for n, p in named.items()}
+    return _fold(0, [], pool, [], next(iter(sources.values())), seed,
+                 valid_fraction).collection
 
 
 def scored_files(run: dict[str, Any]) -> dict[str, Path]:
