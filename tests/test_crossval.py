@@ -362,6 +362,12 @@ def test_crossval_by_source_and_compare_report_every_source(tmp_path):
                                   "--heuristic", str(files[1])])
     assert r.exit_code == 0, r.output
     assert r.output.count("    zoo (4 graphs): ") == 2, r.output  # the model's and the rule's
+    r = CliRunner().invoke(main, ["compare", str(files[0]), "--against", str(files[1]),
+                                  "--metric", "kendall_tau", "--json", str(tmp_path / "c.json")])
+    assert r.exit_code == 0 and "kendall_tau over 9 graphs" in r.output, r.output
+    c = json.loads((tmp_path / "c.json").read_text())
+    taus = [row["kendall_tau"] for row in json.loads(files[0].read_text())["graphs"].values()]
+    assert c["runs"]["mean"]["mean"] == pytest.approx(np.mean(taus))
     # the ensemble of one seed reads its targets from every source's collection
     r = CliRunner().invoke(main, ["compare", str(files[0]), "--ensemble", "--against",
                                   str(files[1])])

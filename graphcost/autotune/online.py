@@ -186,7 +186,8 @@ def tune_online(fn: Callable, args: Sequence[Any], *, budget: int = 10,
     """Search `fn(*args)`'s compiler options with `strategy`, timing at most `budget`
     executables beyond the default, then confirm the best in fresh rounds (module doc).
     `compare` names strategies run beside it on the same budget; `model` (a `Model` or
-    a saved model's path) is needed by the model strategies only."""
+    a saved model's path; None: the packaged options model, `models.packaged`) is used by
+    the model strategies only."""
     arms = list(dict.fromkeys([strategy, *compare]))
     unknown = [a for a in arms if a not in STRATEGIES]
     if unknown:
@@ -197,13 +198,15 @@ def tune_online(fn: Callable, args: Sequence[Any], *, budget: int = 10,
     if confirm_rounds < 2:
         raise UserError(f"confirm_rounds must be at least 2 (an interval needs two rounds), "
                         f"got {confirm_rounds}")
+    say = log or (lambda _msg: None)
     needs_model = [a for a in arms if a.startswith("model")]
-    if needs_model and model is None:
-        raise UserError(f"strategy {needs_model[0]!r} ranks configs with a cost model: "
-                        "give one (--model), or use random, coordinate or tpe")
+    if needs_model and model is None:  # the model that ships with graphcost
+        from graphcost.models.packaged import packaged_model
+
+        model = packaged_model("options")
+        say(f"no model given: the packaged options model ({model})")
     protocol = protocol or AUTOTUNING
     protocol.check()
-    say = log or (lambda _msg: None)
     name = name or getattr(fn, "__name__", "program")
     secs: dict[str, float] = {}
     t0 = time.perf_counter()

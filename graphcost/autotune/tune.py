@@ -172,14 +172,15 @@ def scoring_rates(model: Any, graph: Any, encoded: np.ndarray, batch: int,
     return out
 
 
-def autotune(fn: Callable, args: Sequence[Any], model: Any, *, name: str | None = None,
+def autotune(fn: Callable, args: Sequence[Any], model: Any = None, *, name: str | None = None,
              k: int = 5, samples: int | None = None, evaluations: int | None = None,
              population: int = 16,
              round_size: int = 256, protocol: Protocol | None = None, seed: int = 0,
              core: int | None = None, compare_cache: bool = True, confirm_rounds: int = 5,
              batches: int = 1, compare_random: bool = False,
              log: Callable[[str], Any] | None = None) -> AutotuneResult:
-    """Autotune `fn(*args)` with `model` (a `Model` or a saved model's path).
+    """Autotune `fn(*args)` with `model` (a `Model` or a saved model's path; None: the
+    packaged layout model, `models.packaged`).
 
     The model ranks `samples` sampled configs (default `SAMPLES`) and, when
     `evaluations` > `samples`, searches on up to that many model scores; it then
@@ -202,6 +203,11 @@ def autotune(fn: Callable, args: Sequence[Any], model: Any, *, name: str | None 
     from graphcost.autotune.costmodel import CostModel, learn_while_measuring  # torch
     from graphcost.models.model import as_model
 
+    if model is None:
+        from graphcost.models.packaged import packaged_model
+
+        model = packaged_model("layout")
+        say(f"no model given: the packaged layout model ({model})")
     m = as_model(model)
     space = model_space(m, "the model" if m is model else str(model))
     name = name or getattr(fn, "__name__", "program")

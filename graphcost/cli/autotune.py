@@ -13,7 +13,11 @@ from graphcost.cli.options import autotune_options, comma_list, pin
 @click.option("--model", "model_path", default=None,
               type=click.Path(exists=True, dir_okay=False),
               help="A saved model. A layout model tunes layouts (its top --k of --samples "
-                   "measured); an options model is used by the model strategies.")
+                   "measured); an options model is used by the model strategies. Default: "
+                   "the model packaged with graphcost for the space.")
+@click.option("--layouts", is_flag=True,
+              help="Tune layouts instead of compiler options (with --model, or the "
+                   "packaged layout model).")
 @click.option("--budget", type=click.IntRange(min=1), default=10, show_default=True,
               help="Compiler options: executables to time beyond the default.")
 @click.option("--strategy", default=None,
@@ -28,12 +32,13 @@ from graphcost.cli.options import autotune_options, comma_list, pin
                    "confirm with it, e.g. random,tpe (checks the tuner; multiplies the "
                    "measuring). With a layout model: random only.")
 @autotune_options
-def autotune_cmd(spec: str, model_path: str | None, budget: int, strategy: str | None, out: str,
+def autotune_cmd(spec: str, model_path: str | None, layouts: bool, budget: int,
+                 strategy: str | None, out: str,
                  report_path: str | None, compare: str | None, k: int, samples: int,
                  evaluations: int, runs: int, warmup: int, core: int | None, no_pin: bool,
                  seed: int, confirm_rounds: int, batches: int) -> None:
-    """Tune a program's compiler options (or, with a layout model, its layouts); write the
-    chosen config.
+    """Tune a program's compiler options (or, with --layouts or a layout model, its
+    layouts); write the chosen config.
 
     SPEC is MODULE:FUNCTION (FUNCTION returns (callable, example_args)) or a zoo
     program name such as mlp.000. Compiler options are searched while measuring:
@@ -53,7 +58,11 @@ def autotune_cmd(spec: str, model_path: str | None, budget: int, strategy: str |
     protocol = Protocol(warmup, runs)
     try:
         name, fn, args = load_target(spec)
-        if model_path and _is_layout_model(model_path):
+        if layouts and model_path and not _is_layout_model(model_path):
+            raise click.BadParameter(f"{model_path} ranks compiler options; --layouts needs "
+                                     "a layout model (or none: the packaged one)",
+                                     param_hint="--model")
+        if layouts or (model_path and _is_layout_model(model_path)):
             from graphcost.autotune.tune import autotune, format_result
 
             if set(compared) - {"random"}:

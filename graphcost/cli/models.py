@@ -323,12 +323,16 @@ def rescore_cmd(result: str, sets: tuple[str, ...], json_path: str) -> None:
               type=click.Path(exists=True, dir_okay=False),
               help="a crossval result of a heuristic baseline (e.g. --model moved-bytes); "
                    "repeatable: the best of them is shown too, paired with RUNS")
+@click.option("--metric", type=click.Choice(["score", "kendall_tau", "opa"]), default="score",
+              show_default=True,
+              help="the per-graph figure compared: score (layout: τ; tile: tile score), "
+                   "Kendall τ, or OPA")
 @click.option("--ensemble", is_flag=True,
               help="compare the seed ensemble of RUNS (per graph, the mean of each seed's "
                    "predicted ranks) instead of their mean score")
 @json_option
 def compare_cmd(runs: tuple[str, ...], against: tuple[str, ...], heuristics: tuple[str, ...],
-                ensemble: bool, json_path: str | None) -> None:
+                metric: str, ensemble: bool, json_path: str | None) -> None:
     """Paired comparison of two models' leave-family-out results (`crossval --json`, one
     file per seed on each side): per graph the mean over seeds, both means and the
     difference RUNS − AGAINST over the same graphs, with bootstrap 95% intervals; and
@@ -345,9 +349,9 @@ def compare_cmd(runs: tuple[str, ...], against: tuple[str, ...], heuristics: tup
     mine = read_results(list(runs))
     if ensemble:
         mine = [seed_ensemble(mine)]
-    c = compare_crossval(mine, read_results(list(against)))
+    c = compare_crossval(mine, read_results(list(against)), metric)
     if heuristics:
-        c["heuristic"] = best_heuristic(mine, read_results(list(heuristics)))
+        c["heuristic"] = best_heuristic(mine, read_results(list(heuristics)), metric)
     click.echo(format_comparison(c))
     if json_path:
         write_json(c, json_path)
