@@ -38,12 +38,17 @@ def test_a_ranker_with_a_prior_starts_from_the_rule(prior, rule):
     np.testing.assert_allclose(score_graph(m, g), np.log1p(rule), rtol=1e-6)
 
 
-def test_a_layout_ranker_learns_on_top_of_changed_bytes_unless_told_otherwise():
+def test_each_ranker_learns_on_top_of_its_rule_unless_told_otherwise():
     assert Model("ranker", "layout").settings.prior == "changed-bytes"
-    assert Model("ranker", "tile").settings.prior == ""
+    assert Model("ranker", "layout").settings.correction == 1.0
+    tile = Model("ranker", "tile").settings
+    assert (tile.prior, tile.correction) == ("config-only", 0.3)
     assert Model("ranker", "layout", prior="").settings.prior == ""
+    assert Model("ranker", "tile", prior="").settings.prior == ""  # the default 0.3 unused
     r = CliRunner().invoke(main, ["train", "--help"])
-    assert "[layout: 'changed-bytes']" in r.output, r.output
+    flat = " ".join(r.output.split())
+    assert "[layout: 'changed-bytes'] [tile: 'config-only']" in flat, r.output
+    assert "always uses 1 [tile: 0.3]" in flat, r.output
 
 
 def test_every_scoring_path_adds_the_same_weighted_rule():
@@ -153,6 +158,6 @@ def test_correction_weighs_the_learned_part_on_every_scoring_path():
         np.testing.assert_allclose(n, 0.7 * rule, atol=1e-6)
         np.testing.assert_allclose(q, 0.7 * rule + 0.25 * (f - 0.7 * rule), atol=1e-5)
     with pytest.raises(SettingsError, match="needs a 'prior'"):
-        Model("ranker", "tile", correction=0.5)
+        Model("ranker", "tile", prior="", correction=0.5)
     assert Model("ranker", "tile", prior="config-only", correction=0.5).settings.correction \
         == 0.5

@@ -49,7 +49,7 @@ class Model:
         if getattr(self.settings, "attn_layers", 0) and self.settings.hidden % heads:
             raise SettingsError(f"setting 'hidden' ({self.settings.hidden}) must be a "
                                 f"multiple of 'heads' ({heads})")
-        if getattr(self.settings, "correction", 1.0) != 1.0 and not self.settings.prior:
+        if overrides.get("correction", 1.0) != 1.0 and not self.settings.prior:
             raise SettingsError("setting 'correction' weighs what a ranker learned on top "
                                 "of its rule: it needs a 'prior'")
         self.transform: FeatureTransform | None = None

@@ -112,8 +112,8 @@ class RankerSettings:
     # tile score +0.028 [+0.010, +0.051], early minus EarlyJoinSAGE +0.000 [−0.012, +0.015]
     tile_join: str = "early"
     # a rule to learn a correction on top of (step 8): "fewest-changes", "moved-bytes" or
-    # "changed-bytes" (layout; its default, `models.registry`), "config-only" (tile); "":
-    # none, the ranker learns from scratch
+    # "changed-bytes" (layout), "config-only" (tile); each kind's default in
+    # `models.registry`; "": none, the ranker learns from scratch
     prior: str = ""
     # with a prior: the weight of the learned correction when configs are scored (step
     # 8); the training loss always uses 1
