@@ -3,6 +3,8 @@ rule exactly, every scoring path adds the same weighted rule, config-only is fit
 the train graphs before training, GST training runs with it, and a rule of the wrong
 kind is refused."""
 
+from collections.abc import Callable
+
 import numpy as np
 import pytest
 import torch
@@ -51,23 +53,34 @@ def test_each_ranker_learns_on_top_of_its_rule_unless_told_otherwise():
     assert "always uses 1 [tile: 0.3]" in flat, r.output
 
 
-def test_every_scoring_path_adds_the_same_weighted_rule():
-    """With a trained-looking head (random last layer), each path's scores are the
-    network's own plus w · log(1 + moved layouts): setting w to 0 removes exactly that,
-    on the fast path, the plain path and the scorer of configs outside the graph."""
+RULE = np.log1p([0, 1, 1, 2, 1])  # fewest-changes on LAYOUTS, squashed
+
+
+def trained_looking() -> tuple[Model, Callable[[], list[np.ndarray]]]:
+    """A layout ranker on top of fewest-changes with a random last layer (as if trained),
+    and its scores of LAYOUTS on each path: the fast path, the plain path and the scorer
+    of configs outside the graph."""
     g = layout_graph(LAYOUTS)
     m = built("layout", [g], prior="fewest-changes")
     torch.manual_seed(0)
     torch.nn.init.normal_(m.net.head[1].lins[-1].weight)
     gt = m.prepare(g)
     ids = np.arange(len(LAYOUTS))
-    rule = np.log1p([0, 1, 1, 2, 1])
 
     def paths() -> list[np.ndarray]:
         m.net.eval()
         return [m.net.score_configs(gt, ids).numpy(),
                 m.net.score_configs(gt, ids, fast=False).numpy(),
                 m.net.config_scorer(gt)(gt.configs(ids)).numpy()]
+
+    return m, paths
+
+
+def test_every_scoring_path_adds_the_same_weighted_rule():
+    """Each path's scores are the network's own plus w · log(1 + moved layouts): setting
+    w to 0 removes exactly that."""
+    m, paths = trained_looking()
+    rule = RULE
 
     with torch.no_grad():
         m.net.prior.weight.fill_(0.7)
@@ -135,20 +148,12 @@ def test_cli_refuses_an_unknown_prior(tmp_path):
 def test_correction_weighs_the_learned_part_on_every_scoring_path():
     """`correction` c scores c · (network) + w · rule on every path: 0 leaves the rule
     alone, 1 is the ranker as trained; without a rule underneath it is refused."""
-    g = layout_graph(LAYOUTS)
-    m = built("layout", [g], prior="fewest-changes")
-    torch.manual_seed(0)
-    torch.nn.init.normal_(m.net.head[1].lins[-1].weight)
-    gt = m.prepare(g)
-    ids = np.arange(len(LAYOUTS))
-    rule = np.log1p([0, 1, 1, 2, 1])
+    m, scores = trained_looking()
+    rule = RULE
 
     def paths(c: float) -> list[np.ndarray]:
-        m.net.eval()
         m.net.s.correction = c
-        return [m.net.score_configs(gt, ids).numpy(),
-                m.net.score_configs(gt, ids, fast=False).numpy(),
-                m.net.config_scorer(gt)(gt.configs(ids)).numpy()]
+        return scores()
 
     with torch.no_grad():
         m.net.prior.weight.fill_(0.7)

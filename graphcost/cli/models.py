@@ -92,8 +92,8 @@ def train_cmd(data: tuple[str, ...], model_name: str, out_dir: str, resume: bool
 
         # refused here, once, rather than in every rank after it has started
         check_batch_split(settings.graphs_per_batch,
-                          len(open_collection(data).files("train")), nproc)
-        args = ["train", data, "--model", model_name, "--out", out_dir,
+                          len(open_collection(data[0]).files("train")), nproc)
+        args = ["train", data[0], "--model", model_name, "--out", out_dir,
                 "--device", settings.device, "--seed", str(settings.seed),
                 *(["--resume"] if resume else []), *(["--overwrite"] if overwrite else []),
                 *(["--epochs", str(epochs)] if epochs is not None else []),
