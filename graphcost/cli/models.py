@@ -112,7 +112,7 @@ def train_cmd(data: tuple[str, ...], model_name: str, out_dir: str, resume: bool
         sources = {n: open_collection(p) for n, p in source_paths(data).items()}
         trained: Any = pooled_sources(sources, settings.seed, valid_fraction)
     else:
-        trained = _existing_path(data[0])
+        trained = _existing(data[0], folder=False)
     _, result = train_model(trained, model_name, out_dir, settings, model_kw, resume,
                             overwrite)
     if is_main_process():  # under torchrun: one summary, from rank 0
@@ -252,7 +252,7 @@ def crossval_cmd(data: tuple[str, ...], folds: int, model_name: str, sets: tuple
         raise click.UsageError(f"{len(data)} DATA given: several collections are held out "
                                "source by source (--group source)")
     else:
-        scored = _existing_folder(data[0])
+        scored = _existing(data[0])
     result = crossvalidate(scored, model_name, folds, settings, model_kw, out_dir,
                            settings.seed,  # --seed, or --set seed=: it seeds the folds too
                            valid_fraction, group, external, log=click.echo)
@@ -261,15 +261,11 @@ def crossval_cmd(data: tuple[str, ...], folds: int, model_name: str, sets: tuple
         write_json(result, json_path)
 
 
-def _existing_path(path: str) -> str:
-    if not Path(path).exists():
-        raise click.BadParameter(f"Path {path!r} does not exist.", param_hint="DATA")
-    return path
-
-
-def _existing_folder(path: str) -> str:
-    if not Path(path).is_dir():
-        raise click.BadParameter(f"Directory {path!r} does not exist", param_hint="DATA")
+def _existing(path: str, folder: bool = True) -> str:
+    """`path`, refused as DATA (exit 2, named) unless it exists (and is a folder)."""
+    if not (Path(path).is_dir() if folder else Path(path).exists()):
+        what = "Directory" if folder else "Path"
+        raise click.BadParameter(f"{what} {path!r} does not exist", param_hint="DATA")
     return path
 
 
@@ -279,7 +275,7 @@ def source_paths(data: tuple[str, ...]) -> dict[str, str]:
     out: dict[str, str] = {}
     for arg in data:
         name, _, path = arg.rpartition("=")
-        parts = Path(_existing_folder(path)).resolve().parts
+        parts = Path(_existing(path)).resolve().parts
         name = name or (parts[parts.index("npz") - 1] if "npz" in parts else parts[-1])
         if name in out:
             raise click.BadParameter(f"two sources named {name} ({out[name]} and {path}); "
@@ -298,18 +294,15 @@ def rescore_cmd(result: str, sets: tuple[str, ...], json_path: str) -> None:
     """Score a crossval result's held-out graphs again with its saved fold models (crossval
     --out), a scoring setting changed: e.g. how much of what a ranker learned on top of its
     rule to keep (`--set correction=0.5`). No training."""
-    import dataclasses
-
     from graphcost.atomic import write_json
     from graphcost.eval.compare import read_results
     from graphcost.eval.crossval import format_overall, rescore
     from graphcost.train.settings import parse_settings
 
     (run,) = read_results([result])
-    training, overrides = parse_settings(sets, run["model"], {})
-    keys = {pair.partition("=")[0].strip() for pair in sets}
-    trained = {k: v for k, v in dataclasses.asdict(training).items() if k in keys}
-    new = rescore(run, {**trained, **overrides}, log=click.echo)  # refuses training keys
+    _, overrides = parse_settings(sets, run["model"], {})  # every value checked
+    given = dict.fromkeys(pair.partition("=")[0].strip() for pair in sets)
+    new = rescore(run, {**given, **overrides}, log=click.echo)  # refuses training keys
     click.echo(format_overall(new))
     write_json(new, json_path)
 

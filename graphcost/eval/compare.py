@@ -15,7 +15,7 @@ from typing import Any
 import numpy as np
 
 from graphcost.errors import UserError
-from graphcost.eval.crossval import by_source, mean_text, scored_files
+from graphcost.eval.crossval import by_source, held_out_in, mean_text, scored_files
 from graphcost.eval.metrics import why_undefined
 from graphcost.stats import mean_over
 
@@ -117,9 +117,8 @@ def seed_ensemble(runs: list[dict]) -> dict:
         if target.shape != pred.shape:
             raise UserError(f"{name}: {pred.size} predictions for its {target.size} configs "
                             "(the results are of another version of the collection)")
-        kept = {k: v for k, v in runs[0]["graphs"][name].items() if k in ("fold", "source")}
         rows[name] = {**graph_metrics(runs[0]["kind"], pred, target), "pred": pred.tolist(),
-                      **kept}
+                      **held_out_in(runs[0]["graphs"][name])}
     seeds = "+".join(str(r["seed"]) for r in runs)
     kept = ("collection", "trained_on", "data", "kind", "folds", "group", "settings")
     return {**{k: runs[0][k] for k in kept if k in runs[0]},

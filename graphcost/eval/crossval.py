@@ -273,6 +273,12 @@ def crossvalidate(data: str | Path | Mapping[str, str | Path], model: str = "ran
     return result
 
 
+def held_out_in(row: dict[str, Any]) -> dict[str, Any]:
+    """Where a result's graph row was held out (its fold, family and, by source, source):
+    what a result made from it (scored again, a seed ensemble) keeps."""
+    return {k: row[k] for k in ("fold", "family", "source") if k in row}
+
+
 #: settings that change how a trained model scores, not what it learned
 SCORING_SETTINGS = ("correction", "ref_configs", "ref_sets")
 
@@ -304,8 +310,7 @@ def rescore(run: dict[str, Any], overrides: dict[str, Any],
         report = evaluate_model(m, coll, "test", chunk_size=run["settings"]["chunk_size"],
                                 keep_predictions=True)
         for name, row in report["graphs"].items():
-            kept = {k: v for k, v in held[name].items() if k in ("fold", "family", "source")}
-            out["graphs"][name] = {**kept, **row}
+            out["graphs"][name] = {**held_out_in(held[name]), **row}
         out["fold_results"].append({**fold, "summary": report["summary"]})
         say(f"fold {fold['fold']}: {len(held)} graphs scored again, "
             f"{_figures(report['summary'], run['kind'])}")
