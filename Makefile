@@ -7,7 +7,7 @@ BIN := $(VENV)/bin
 $(BIN)/graphcost: pyproject.toml
 	$(PY) -m venv $(VENV)
 	$(BIN)/pip install -q torch==2.13.0
-	$(BIN)/pip install -q -e '.[dev,xla,ray]'
+	$(BIN)/pip install -q -e '.[dev,xla,ray,tune]'
 	touch $@
 
 setup: $(BIN)/graphcost

@@ -87,6 +87,8 @@ def test_unknown_strategies_are_refused():
     name, fn, args = load_target("mlp.000")
     with pytest.raises(UserError, match="unknown strategy 'annealing'"):
         tune_online(fn, args, compare=["annealing"], budget=2)
+    with pytest.raises(UserError, match="'prior-trees' needs a move prior"):
+        make_strategy("prior-trees", SPACE, CHOICES)
 
 
 @pytest.fixture(scope="module")
@@ -252,3 +254,15 @@ def test_bench_online_resumes_from_its_rows(tmp_path, monkeypatch):
     res = CliRunner().invoke(main, args)
     assert res.exit_code == 0 and "reused" in res.output, res.output
     assert json.loads((tmp_path / "b.json").read_text())["rows"] == first["rows"]
+
+
+def test_prior_search_online_first_measures_the_bundled_priors_best_move():
+    from graphcost.autotune.table import bundled_prior
+
+    prior = bundled_prior()
+    knob, value = max(prior, key=prior.get)
+    name, fn, args = load_target("mlp.000")
+    r = tune_online(fn, args, budget=1, strategy="prior-trees", name=name, protocol=QUICK,
+                    confirm_rounds=2)
+    expected = [value if k == knob else 0 for k in range(len(r.chosen))]
+    assert r.arms == ["prior-trees"] and r.steps[1].config == expected

@@ -6,6 +6,7 @@ from __future__ import annotations
 import itertools
 import json
 import shutil
+import sys
 from pathlib import Path
 
 import numpy as np
@@ -17,11 +18,16 @@ from graphcost.autotune.strategy import (
     ModelCoordinate,
     ModelOnline,
     ModelOrder,
+    PriorSearch,
     RandomSearch,
     TpeSearch,
+    TreeSearch,
+    onehot,
 )
-from graphcost.bench.search import Table, anytime, decode_options, read_table
+from graphcost.autotune.table import Table, decode_options, move_prior, read_table, single_gains
+from graphcost.bench.search import anytime
 from graphcost.cli import main
+from graphcost.errors import UserError
 from graphcost.xla.configs import OPTION_KNOBS, option_features
 from graphcost.xla.prepare import cover_option_configs
 
@@ -39,10 +45,17 @@ def strategies(seed: int = 0, scores=None):
     scores = np.array([runtime(c) for c in SPACE]) if scores is None else scores
     return [RandomSearch(SPACE, seed), CoordinateSearch(SPACE, CHOICES, seed),
             TpeSearch(SPACE, CHOICES, seed), ModelOrder(SPACE, scores, seed),
-            ModelOnline(SPACE, scores, CHOICES, seed), ModelCoordinate(SPACE, scores, seed)]
+            ModelOnline(SPACE, scores, CHOICES, seed), ModelCoordinate(SPACE, scores, seed),
+            TreeSearch(SPACE, CHOICES, seed), TreeSearch(SPACE, CHOICES, seed, scores),
+            PriorSearch(SPACE, CHOICES, PRIOR, seed), PriorSearch(SPACE, CHOICES, PRIOR, seed, 3),
+            PriorSearch(SPACE, CHOICES, PRIOR, seed, 3, scores)]
 
 
-@pytest.mark.parametrize("index", range(6))
+#: what a table of other programs taught: knob 2 -> 3 paid most, knob 0 -> 1 a little
+PRIOR = {(2, 3): 0.5, (0, 1): 0.1, (0, 2): 0.0, (1, 1): 0.0}
+
+
+@pytest.mark.parametrize("index", range(11))
 def test_every_strategy_asks_each_candidate_once_then_nothing(index):
     s = strategies()[index]
     s.tell((0, 0, 0), runtime((0, 0, 0)))
@@ -99,6 +112,80 @@ def test_tpe_finds_the_big_win_sooner_than_random_on_average():
     assert first["tpe"] <= first["random"] + 1, first
 
 
+def test_onehot_marks_one_value_per_knob():
+    x = onehot(SPACE, CHOICES)
+    assert x.shape == (24, 9) and (x.sum(axis=1) == 3).all()
+    assert x[SPACE.index((2, 1, 3))].nonzero()[0].tolist() == [2, 4, 8]
+
+
+def test_trees_find_the_big_win_sooner_than_random_and_search_near_the_best():
+    table = Table("toy", SPACE, np.array([runtime(c) for c in SPACE]), np.arange(len(SPACE)),
+                  0, None)
+    found = {name: np.mean([np.argmax(anytime(make(s), table, 23)[0] >= 3.6 - 1e-9)
+                            for s in range(10)])
+             for name, make in (("random", lambda s: RandomSearch(SPACE, s)),
+                                ("trees", lambda s: TreeSearch(SPACE, CHOICES, s, eps=0)))}
+    assert found["trees"] < found["random"] - 1, found
+    s = TreeSearch(SPACE, CHOICES, seed=3, elite=1, eps=0)
+    for c in [(0, 0, 0), (1, 0, 0), (0, 1, 0), (0, 0, 1)]:  # past the warm-up
+        s.tell(c, runtime(c))
+    c = s.ask()  # a mutation of the best so far, (1, 0, 0): one or two knobs away
+    assert 1 <= sum(a != b for a, b in zip(c, (1, 0, 0), strict=True)) <= 2, c
+
+
+def test_prior_search_takes_the_moves_that_paid_elsewhere_first():
+    s = PriorSearch(SPACE, CHOICES, PRIOR)
+    s.tell((0, 0, 0), runtime((0, 0, 0)))
+    asked = []
+    for _ in range(3):
+        asked.append(s.ask())
+        s.tell(asked[-1], runtime(asked[-1]))
+    # knob 2 -> 3 first (the big win, now the best), then knob 0 -> 1 on top of it
+    assert asked[:2] == [(0, 0, 3), (1, 0, 3)]
+    assert s.best == (1, 0, 3)
+
+
+def test_prior_trees_hand_over_to_trees_after_the_switch():
+    s = PriorSearch(SPACE, CHOICES, PRIOR, switch=2)
+    s.tell((0, 0, 0), runtime((0, 0, 0)))
+    for _ in range(2):
+        c = s.ask()
+        assert sum(v != 0 for v in c) <= 2  # coordinate moves
+        s.tell(c, runtime(c))
+    assert s.name == "prior-trees" and s.after.told is s.told  # the trees see every result
+    c = s.ask()
+    assert c not in s.told
+
+
+def make_table(name: str, gains: dict[tuple[int, int], float]) -> Table:
+    configs = [(0, 0, 0)] + [tuple(v if k == knob else 0 for k in range(3))
+                             for knob, v in gains]
+    runtime = np.array([1.0] + [np.exp(-g) for g in gains.values()])
+    return Table(name, configs, runtime, np.arange(len(configs)), 0, None)
+
+
+def test_move_prior_is_the_mean_gain_counting_losses_as_zero():
+    a = make_table("a.000", {(2, 3): np.log(2.0), (0, 1): -0.5})
+    b = make_table("b.000", {(2, 3): 0.0, (0, 1): 0.3})
+    assert single_gains(a) == pytest.approx({(2, 3): np.log(2.0), (0, 1): -0.5})
+    prior = move_prior([a, b])
+    assert prior == pytest.approx({(0, 1): 0.15, (2, 3): np.log(2.0) / 2})
+
+
+def test_trees_without_lightgbm_say_what_to_install(monkeypatch):
+    monkeypatch.setitem(sys.modules, "lightgbm", None)  # import fails
+    with pytest.raises(UserError, match=r"graphcost\[tune\]"):
+        TreeSearch(SPACE, CHOICES)
+
+
+def test_model_trees_start_in_the_models_order():
+    scores = -np.arange(len(SPACE), dtype=float)  # the last candidate ranked first
+    s = TreeSearch(SPACE, CHOICES, scores=scores)
+    assert s.name == "model-trees"
+    s.tell((0, 0, 0), runtime((0, 0, 0)))
+    assert s.ask() == SPACE[-1]
+
+
 def test_anytime_counts_only_new_executables():
     configs = [(0, 0, 0), (1, 0, 0), (0, 1, 0), (0, 0, 1)]
     table = Table("dup", configs, np.array([4.0, 4.0, 2.0, 1.0]), np.array([0, 0, 1, 2]), 0,
@@ -148,8 +235,8 @@ def test_bench_search_runs_every_strategy_on_a_table(table, tmp_path):
                                   "--plot", str(tmp_path / "curves.png")])
     assert r.exit_code == 0, r.output
     result = json.loads(out.read_text())
-    assert result["strategies"] == ["random", "coordinate", "tpe", "model", "model-online",
-                                    "model-coordinate"]
+    assert result["strategies"] == ["random", "coordinate", "tpe", "trees", "model",
+                                    "model-online", "model-coordinate", "model-trees"]
     assert len(result["programs"]) == 16 and (tmp_path / "curves.png").stat().st_size > 0
     for p in result["programs"]:
         t = read_table(next(table.rglob(p["name"] + ".npz")))

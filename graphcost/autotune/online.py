@@ -37,6 +37,7 @@ import numpy as np
 
 from graphcost.autotune.program import Tunable, executable_and_inputs, pinned, prepare
 from graphcost.autotune.strategy import STRATEGIES, OptionsConfig, Strategy, make_strategy
+from graphcost.autotune.table import bundled_prior
 from graphcost.autotune.tune import MIN_GAIN, confirm
 from graphcost.errors import UserError
 from graphcost.stats import ratio_interval
@@ -222,7 +223,8 @@ def tune_online(fn: Callable, args: Sequence[Any], *, budget: int = 10,
     say(f"{name}: options space of {len(candidates)} configs over {len(choices)} knobs; "
         f"{' and '.join(arms)} search{'es' if len(arms) == 1 else ''}, "
         f"{budget} measurements each")
-    strategies = {a: make_strategy(a, candidates, choices, seed, scores) for a in arms}
+    prior = bundled_prior() if any("prior" in a for a in arms) else None
+    strategies = {a: make_strategy(a, candidates, choices, seed, scores, prior) for a in arms}
     t0 = time.perf_counter()
     measurer = Measurer(t, protocol, core)
     steps = run_arms(strategies, measurer, budget, say)

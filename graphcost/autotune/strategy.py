@@ -20,11 +20,18 @@ proposal is always something the measurer can time.
 - `ModelCoordinate`: the model's best candidate first, then coordinate moves from the
   best config measured so far, the one the model scores best first: the model picks
   the start and orders the neighbours, the measurements pick the path.
+- `TreeSearch`: TVM MetaSchedule's loop on one program: gradient-boosted trees
+  (LightGBM) fitted to this program's measurements propose the next config among
+  mutations of the best ones measured; with a cost model's scores (`model-trees`) the
+  score is one more feature of the trees, and the model's order starts the search.
+- `PriorSearch`: coordinate moves from the best config so far, taken in the order of
+  their expected gain on other programs (`autotune.table.move_prior`, learned from a
+  table); with `switch` (`prior-trees`), trees take over after that many measurements.
 """
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from typing import Protocol
 
 import numpy as np
@@ -32,8 +39,14 @@ import numpy as np
 from graphcost.errors import UserError
 
 OptionsConfig = tuple[int, ...]
-#: every strategy by name; the ones starting "model" need a cost model's scores
-STRATEGIES = ("random", "coordinate", "tpe", "model", "model-online", "model-coordinate")
+Move = tuple[int, int]  # a single knob change: (knob, value)
+#: every strategy by name; the ones starting "model" need a cost model's scores, the
+#: "prior" ones a move prior
+STRATEGIES = ("random", "coordinate", "tpe", "trees", "prior", "prior-trees", "model",
+              "model-online", "model-coordinate", "model-trees", "model-prior-trees")
+#: measurements the prior's coordinate moves make before trees take over (prior-trees):
+#: 5 was the best of 3-8 on the first table (docs/results.md)
+PRIOR_MOVES = 5
 
 
 class Strategy(Protocol):
@@ -46,6 +59,15 @@ class Strategy(Protocol):
 
     def tell(self, config: OptionsConfig, runtime: float) -> None:
         """The measured runtime of `config` (the default is told first)."""
+
+
+def onehot(configs: Sequence[OptionsConfig], choices: Sequence[int]) -> np.ndarray:
+    """One column per knob value, 1 where a config takes that value."""
+    offsets = np.concatenate([[0], np.cumsum(choices)])
+    out = np.zeros((len(configs), int(offsets[-1])))
+    if len(configs):
+        np.put_along_axis(out, np.asarray(configs) + offsets[:-1], 1.0, axis=1)
+    return out
 
 
 class _Base:
@@ -189,10 +211,7 @@ class ModelOnline(_Base):
         s = np.asarray(scores, dtype=np.float64)
         self.s = (s - s.mean()) / (s.std() or 1.0)
         self.index = {c: i for i, c in enumerate(self.candidates)}
-        offsets = np.concatenate([[0], np.cumsum(choices)])
-        cols = np.array([[offsets[k] + v for k, v in enumerate(c)] for c in self.candidates])
-        self.onehot = np.zeros((len(self.candidates), int(offsets[-1])))
-        np.put_along_axis(self.onehot, cols, 1.0, axis=1)
+        self.onehot = onehot(self.candidates, choices)
         self.ridge = ridge
 
     def corrected(self) -> np.ndarray:
@@ -241,22 +260,137 @@ class ModelCoordinate(_Base):
         return self.fallback.ask()
 
 
+class TreeSearch(_Base):
+    """Gradient-boosted trees fitted to this program's measurements, as TVM
+    MetaSchedule's cost model is (it uses XGBoost; LightGBM here, the same method).
+
+    Each ask fits trees to the log runtimes told so far (features: one-hot knob values,
+    and the cost model's score when given), then proposes the untold candidate the trees
+    predict fastest among the *mutations* of the `elite` best configs measured (every
+    config one or two knob changes away: MetaSchedule's evolutionary step, run to the end
+    on a finite space); with probability `eps` a random untold candidate instead
+    (MetaSchedule's ε-greedy). Until `warmup` configs are told the trees have nothing to
+    learn from: the model's order, or random candidates without a model. Ties in the
+    prediction go to the model's score, then to chance.
+    """
+
+    name = "trees"
+
+    def __init__(self, candidates: Sequence[OptionsConfig], choices: Sequence[int],
+                 seed: int = 0, scores: Sequence[float] | None = None, elite: int = 5,
+                 eps: float = 0.05, warmup: int = 3):
+        try:
+            import lightgbm
+        except ImportError:
+            raise UserError("the trees strategies need LightGBM: "
+                            "pip install 'graphcost[tune]'") from None
+        super().__init__(candidates, seed)
+        self.lightgbm = lightgbm
+        self.array = np.asarray(self.candidates)
+        self.index = {c: i for i, c in enumerate(self.candidates)}
+        x = onehot(self.candidates, choices)
+        self.tie = (self.rng.random(len(self.candidates)) if scores is None
+                    else np.asarray(scores, dtype=np.float64))
+        if scores is not None:
+            self.name = "model-trees"
+            s = self.tie
+            x = np.column_stack([x, (s - s.mean()) / (s.std() or 1.0)])
+        self.x = x
+        self.elite, self.eps, self.warmup = elite, eps, warmup
+
+    def predicted(self, rows: np.ndarray) -> np.ndarray:
+        """The trees' predicted log runtime of candidate `rows`."""
+        told = [(self.index[c], r) for c, r in self.told.items() if c in self.index]
+        y = np.log([r for _, r in told])
+        params = {"objective": "regression", "learning_rate": 0.2, "num_leaves": 8,
+                  "min_data_in_leaf": 1, "min_sum_hessian_in_leaf": 0.0, "min_data_in_bin": 1,
+                  "seed": int(self.rng.integers(2**31)), "num_threads": 1, "verbose": -1}
+        data = self.lightgbm.Dataset(self.x[[i for i, _ in told]], y, params=params)
+        trees = self.lightgbm.train(params, data, num_boost_round=50)
+        return trees.predict(self.x[rows])
+
+    def ask(self) -> OptionsConfig | None:
+        untold = np.array([i for i, c in enumerate(self.candidates) if c not in self.told])
+        if not len(untold):
+            return None
+        if len(self.told) < self.warmup or self.rng.random() < self.eps:
+            pick = (untold[np.argmin(self.tie[untold])] if len(self.told) < self.warmup
+                    else untold[self.rng.integers(len(untold))])
+            return self.candidates[pick]
+        elite = np.asarray(sorted(self.told, key=self.told.get)[:self.elite])
+        far = (self.array[untold][:, None, :] != elite[None]).sum(axis=2).min(axis=1)
+        pool = untold[far <= 2] if (far <= 2).any() else untold
+        guess = self.predicted(pool)
+        return self.candidates[pool[np.lexsort((self.tie[pool], guess))[0]]]
+
+
+class PriorSearch(_Base):
+    """Coordinate search whose moves come in the order of what they gained elsewhere.
+
+    Each ask takes the best config so far and changes one knob of it: the untold change
+    with the highest `prior` (a move's expected gain, `autotune.table.move_prior`; moves
+    the prior lacks come last, in knob order), so the first measurements go to the knob
+    changes that paid most often and most on other programs. With `switch`, after that
+    many configs beyond the default `TreeSearch` (with the model's `scores` as a feature
+    when given) proposes from everything measured; without, random candidates once no
+    move is left.
+    """
+
+    name = "prior"
+
+    def __init__(self, candidates: Sequence[OptionsConfig], choices: Sequence[int],
+                 prior: Mapping[Move, float], seed: int = 0, switch: int | None = None,
+                 scores: Sequence[float] | None = None):
+        super().__init__(candidates, seed)
+        every = [(k, v) for k, n in enumerate(choices) for v in range(1, n)]
+        self.order = sorted(every, key=lambda m: (-prior.get(m, -np.inf), m))
+        self.known = set(self.candidates)
+        self.switch = switch
+        self.after: _Base = (TreeSearch(candidates, choices, seed, scores, eps=0.0, warmup=0)
+                             if switch is not None else RandomSearch(candidates, seed))
+        self.after.told = self.told
+        if switch is not None:
+            self.name = "model-prior-trees" if scores is not None else "prior-trees"
+
+    def ask(self) -> OptionsConfig | None:
+        if self.switch is None or len(self.told) <= self.switch:
+            best = self.best
+            for k, v in self.order:
+                move = best[:k] + (v,) + best[k + 1:]
+                if best[k] != v and move in self.known and move not in self.told:
+                    return move
+        return self.after.ask()
+
+
 def make_strategy(name: str, candidates: Sequence[OptionsConfig], choices: Sequence[int],
-                  seed: int = 0, scores: Sequence[float] | None = None) -> Strategy:
+                  seed: int = 0, scores: Sequence[float] | None = None,
+                  prior: Mapping[Move, float] | None = None) -> Strategy:
     """The strategy `name` of STRATEGIES over `candidates` (`choices`: values per knob;
-    `scores`: a cost model's score of each candidate, for the model strategies)."""
+    `scores`: a cost model's score of each candidate, for the model strategies; `prior`:
+    each single knob change's expected gain, for the prior strategies)."""
     if name == "random":
         return RandomSearch(candidates, seed)
     if name == "coordinate":
         return CoordinateSearch(candidates, choices, seed)
     if name == "tpe":
         return TpeSearch(candidates, choices, seed)
+    if name == "trees":
+        return TreeSearch(candidates, choices, seed)
     if name not in STRATEGIES:
         raise UserError(f"unknown strategy {name!r}; expected one of {', '.join(STRATEGIES)}")
+    if "prior" in name and prior is None:
+        raise UserError(f"strategy {name!r} needs a move prior: a table of measured configs")
+    if name in ("prior", "prior-trees"):
+        return PriorSearch(candidates, choices, prior, seed,
+                           PRIOR_MOVES if name == "prior-trees" else None)
     if scores is None:
         raise UserError(f"strategy {name!r} needs a cost model's scores: give a model")
     if name == "model":
         return ModelOrder(candidates, scores, seed)
     if name == "model-online":
         return ModelOnline(candidates, scores, choices, seed)
+    if name == "model-trees":
+        return TreeSearch(candidates, choices, seed, scores)
+    if name == "model-prior-trees":
+        return PriorSearch(candidates, choices, prior, seed, PRIOR_MOVES, scores)
     return ModelCoordinate(candidates, scores, seed)

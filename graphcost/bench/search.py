@@ -15,6 +15,8 @@ program, at every budget, in seconds (the NAS-Bench idea). The rules of the game
   models of `graphcost crossval` on the training collection (`eval.folds`, shared with
   `bench families`), one per seed; a family the training collection lacks takes the
   first fold's;
+- prior strategies use, for each program, the move prior (`autotune.table.move_prior`)
+  of the table's programs of other families;
 - random and TPE run `draws` seeds per program; every figure is a geometric mean over
   the programs with at least `headroom` over the default, with a 95% t interval, and
   each strategy is paired with random search per program.
@@ -30,72 +32,21 @@ from typing import Any
 import numpy as np
 
 from graphcost.autotune.strategy import STRATEGIES, Strategy, make_strategy
+from graphcost.autotune.table import Table, move_prior, read_table
 from graphcost.bench import BenchResult, plot_anytime
 from graphcost.data.collection import open_collection
 from graphcost.data.families import family_of
 from graphcost.errors import UserError
 from graphcost.eval.crossval import pooled_files
 from graphcost.eval.folds import fold_model, fold_runs
-from graphcost.formats.npz import TileGraph, read_extra, read_graph
 from graphcost.models.scorer import ConfigScorer
 from graphcost.stats import geomean_ci, t_interval
 from graphcost.train.settings import TrainSettings
-from graphcost.xla.configs import OPTION_KNOBS, option_choices
+from graphcost.xla.configs import OPTION_KNOBS
 from graphcost.xla.timing import Protocol
 
 BUDGETS = (1, 2, 3, 5, 10, 20, 50)
 CHOICES = [len(k.choices) for k in OPTION_KNOBS]
-
-
-@dataclasses.dataclass
-class Table:
-    """One program's measured configs: knob choices, runtimes and executables."""
-
-    name: str
-    configs: list[tuple[int, ...]]
-    runtime: np.ndarray  # seconds or ns, per config
-    executable: np.ndarray  # an id per config; configs of one executable share it
-    default: int  # the row of the all-default config
-    graph: TileGraph
-
-    @property
-    def executables(self) -> int:
-        return len(set(self.executable.tolist()))
-
-    @property
-    def optimum(self) -> float:
-        """The table's best speed-up over the default."""
-        return float(self.runtime[self.default] / self.runtime.min())
-
-
-def decode_options(features: np.ndarray, path: Path) -> list[tuple[int, ...]]:
-    """Knob choices of each row of an options graph's `config_feat`
-    (`xla.configs.option_choices`)."""
-    out = []
-    for r, row in enumerate(np.asarray(features)):
-        try:
-            out.append(option_choices(row))
-        except ValueError as e:
-            raise UserError(f"{path}: config {r}: {e}: not an options:cpu graph") from None
-    return out
-
-
-def read_table(path: Path) -> Table:
-    """One program of a table collection, its default found and its executables named."""
-    g = read_graph(path)
-    if not isinstance(g, TileGraph):
-        raise UserError(f"{path}: a layout graph; bench search reads options tables")
-    configs = decode_options(g.config_feat, path)
-    default = (0,) * len(OPTION_KNOBS)
-    if default not in configs:
-        raise UserError(f"{path}: no default config among its {len(configs)} configs")
-    fingerprints = read_extra(path).get("config_fingerprint")
-    if fingerprints is None:  # each config its own executable
-        executable = np.arange(len(configs))
-    else:
-        _, executable = np.unique(np.asarray(fingerprints), axis=0, return_inverse=True)
-    return Table(path.stem, configs, np.asarray(g.config_runtime, dtype=np.float64),
-                 np.asarray(executable).reshape(-1), configs.index(default), g)
 
 
 def anytime(strategy: Strategy, table: Table, budget: int
@@ -198,9 +149,10 @@ def bench_search(table: str | Path, data: str | Path, out: str | Path,
         fold0 = next(n for n in sorted(graphs) if graphs[n]["fold"] == first)
         held_out = {family_of(n): n for n in graphs}
         held_out = {f: held_out.get(f, fold0) for f in {family_of(n) for n in files}}
+    tables = {name: read_table(files[name]) for name in sorted(files)}
     programs = []
-    for name in sorted(files):
-        t = read_table(files[name])
+    for name, t in tables.items():
+        prior = move_prior(u for n, u in tables.items() if family_of(n) != family_of(name))
         say(f"{name}: {len(t.configs)} configs, {t.executables} "
             f"executables, optimum {t.optimum:.3f}x")
         scores = [ConfigScorer(m(held_out[family_of(name)]), t.graph).scores() for m in models]
@@ -209,7 +161,7 @@ def bench_search(table: str | Path, data: str | Path, out: str | Path,
         for s in strategies:
             model_run = s.startswith("model")
             runs = [anytime(make_strategy(s, t.configs, CHOICES, seed,
-                                           scores[i] if model_run else None), t,
+                                           scores[i] if model_run else None, prior), t,
                             budget)
                     for i, seed in enumerate(seeds if model_run else range(draws))]
             curves[s] = np.exp(np.mean([np.log(c) for c, _ in runs], axis=0)).tolist()
