@@ -235,8 +235,9 @@ def test_bench_search_runs_every_strategy_on_a_table(table, tmp_path):
                                   "--plot", str(tmp_path / "curves.png")])
     assert r.exit_code == 0, r.output
     result = json.loads(out.read_text())
-    assert result["strategies"] == ["random", "coordinate", "tpe", "trees", "model",
-                                    "model-online", "model-coordinate", "model-trees"]
+    assert result["strategies"] == ["random", "coordinate", "tpe", "trees", "prior",
+                                    "prior-trees", "model", "model-online", "model-coordinate",
+                                    "model-trees", "model-prior-trees"]
     assert len(result["programs"]) == 16 and (tmp_path / "curves.png").stat().st_size > 0
     for p in result["programs"]:
         t = read_table(next(table.rglob(p["name"] + ".npz")))
@@ -247,6 +248,13 @@ def test_bench_search_runs_every_strategy_on_a_table(table, tmp_path):
             if executables <= 30:  # every strategy timed the whole table
                 assert curve[-1] == pytest.approx(p["optimum"]), (p["name"], name)
     assert "over random" in r.output and " 10 model" in r.output
+    # every strategy is paired per program with each baseline search that ran
+    f = result["summary"]["by_strategy"]["prior-trees"]["10"]
+    ratios = [p["curves"]["prior-trees"][9] / p["curves"]["coordinate"][9]
+              for p in result["programs"]]
+    assert f["over_coordinate"][0] == pytest.approx(np.exp(np.mean(np.log(ratios))))
+    assert set(f) == {"speedup", "share_of_optimum", "over_random", "over_coordinate",
+                      "over_tpe"}
 
 
 def test_bench_search_refuses_a_layout_collection(tmp_path):

@@ -245,8 +245,8 @@ def bench_knobs_cmd(out_dir: str, families: str | None, per_family: int, runs: i
                    "the bundled options:cpu)")
 @click.option("--out", "out_dir", type=click.Path(file_okay=False), required=True,
               help="fold models (OUT/ranker-<seed>); a rerun reuses them")
-@click.option("--strategies", default="random,coordinate,tpe,trees,model,model-online,"
-              "model-coordinate,model-trees",
+@click.option("--strategies", default="random,coordinate,tpe,trees,prior,prior-trees,model,"
+              "model-online,model-coordinate,model-trees,model-prior-trees",
               show_default=True, help="comma-separated, of autotune.strategy's")
 @click.option("--seeds", default="0,1,2", show_default=True,
               help="model seeds: one leave-family-out model per fold and seed")
