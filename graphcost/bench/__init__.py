@@ -96,10 +96,13 @@ def plot_anytime(curves: Mapping[str, Sequence[Sequence[float]]], path: str | Pa
     from graphcost.atomic import atomic_open
 
     fig, ax = plt.subplots(figsize=(7, 4.5))
-    for name, per_program in curves.items():
+    colours = plt.get_cmap("tab20").colors  # distinct for up to 20 strategies
+    for i, (name, per_program) in enumerate(curves.items()):
         if len(per_program):
             curve = np.exp(np.mean(np.log(np.asarray(per_program, dtype=float)), axis=0))
-            ax.plot(np.arange(1, len(curve) + 1), curve, label=name)
+            ax.plot(np.arange(1, len(curve) + 1), curve, label=name,
+                    color=colours[2 * i % 20 + 2 * i // 20 % 2],
+                    ls="--" if name.startswith("model") else "-")
     if len(optimum):
         ax.axhline(float(np.exp(np.mean(np.log(optimum)))), color="k", ls="--", lw=1,
                    label="optimum")
