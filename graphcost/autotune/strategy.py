@@ -44,8 +44,7 @@ Move = tuple[int, int]  # a single knob change: (knob, value)
 #: "prior" ones a move prior
 STRATEGIES = ("random", "coordinate", "tpe", "trees", "prior", "prior-trees", "model",
               "model-online", "model-coordinate", "model-trees", "model-prior-trees")
-#: measurements the prior's coordinate moves make before trees take over (prior-trees):
-#: 5 was the best of 3-8 on the first table (docs/results.md)
+#: measurements the prior's coordinate moves make before trees take over (prior-trees)
 PRIOR_MOVES = 5
 
 

@@ -17,9 +17,9 @@ program, at every budget, in seconds (the NAS-Bench idea). The rules of the game
   first fold's;
 - prior strategies use, for each program, the move prior (`autotune.table.move_prior`)
   of the table's programs of other families;
-- random and TPE run `draws` seeds per program; every figure is a geometric mean over
-  the programs with at least `headroom` over the default, with a 95% t interval, and
-  each strategy is paired with random search per program.
+- the model-free strategies run `draws` seeds per program; every figure is a geometric
+  mean over the programs with at least `headroom` over the default, with a 95% t
+  interval, and each strategy is paired per program with each of `BASELINES` that ran.
 """
 
 from __future__ import annotations
