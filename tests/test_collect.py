@@ -25,7 +25,7 @@ from graphcost.xla.plan import (  # noqa: E402
     collection_name,
     plan_tasks,
 )
-from graphcost.xla.restart_log import read_log  # noqa: E402
+from graphcost.xla.restart_log import pending_tasks, read_log  # noqa: E402
 from graphcost.xla.timing import Protocol  # noqa: E402
 
 FAST = Protocol(warmup=1, runs=3, max_run_s=30)  # no timeout on a busy machine
@@ -50,6 +50,24 @@ def test_splits_keep_families_apart():
     assert {"train", "valid", "test"} == set(s.values())
     assert assign_splits(fams, seed=3) == s
     assert set(assign_splits(["a", "b", "c"]).values()) == {"train", "valid", "test"}
+
+
+def test_a_resumed_run_naming_fewer_families_keeps_the_written_splits(tmp_path):
+    fams = ["mlp", "reduction", "rnn", "vit", "moe"]
+    spec = CollectSpec(out=str(tmp_path), kinds=["options"],
+                       program_kwargs={"per_family": 1, "families": fams})
+    first = {t.program: t.split for t in plan_tasks(spec)}
+    for t in plan_tasks(spec):  # as if measured
+        t.path(tmp_path).parent.mkdir(parents=True, exist_ok=True)
+        t.path(tmp_path).write_bytes(b"")
+    fewer = CollectSpec(out=str(tmp_path), kinds=["options"],
+                        program_kwargs={"per_family": 2, "families": fams[:2]})
+    drawn = assign_splits(fams[:2])
+    assert any(drawn[f] != first[f + ".000"] for f in drawn)  # the draw alone would move one
+    tasks = plan_tasks(fewer)
+    assert {t.program: t.split for t in tasks} == {
+        f"{f}.{i:03d}": first[f + ".000"] for f in fams[:2] for i in range(2)}
+    assert [t.program for t in pending_tasks(fewer, tasks)] == ["mlp.001", "reduction.001"]
 
 
 def test_collection_resumes_after_a_stop_and_measures_noise(tmp_path):

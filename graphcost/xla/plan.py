@@ -169,10 +169,24 @@ def find_program(source: str, kwargs: dict[str, Any], name: str) -> tuple:
     return programs[name]
 
 
+def written_splits(out: str | Path, kinds: Iterable[str]) -> dict[str, str]:
+    """Family -> the split its graphs already written under OUT are in (for `kinds`)."""
+    found: dict[str, str] = {}
+    for kind in kinds:
+        for split in SPLITS:
+            for f in sorted((collection_dir(out, kind) / split).glob("*.npz")):
+                found.setdefault(family_of(f.stem), split)
+    return found
+
+
 def plan_tasks(spec: CollectSpec) -> list[Task]:
-    """Every graph of the collection, in a stable order (programs x kinds)."""
+    """Every graph of the collection, in a stable order (programs x kinds). A family with
+    graphs already under OUT keeps their split: the split drawn depends on which families
+    a run names, so a resumed run that names fewer would otherwise measure them again
+    into another split, and one family would sit in two splits."""
     names = [(src, n) for src in spec.programs for n in program_names(src, spec.program_kwargs)]
     splits = assign_splits([family_of(n) for _, n in names], spec.split_fractions, spec.seed)
+    splits.update({f: s for f, s in written_splits(spec.out, spec.kinds).items() if f in splits})
     return [Task(kind, src, n, splits[family_of(n)]) for src, n in names for kind in spec.kinds]
 
 
