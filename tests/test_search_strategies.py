@@ -168,7 +168,7 @@ def test_move_prior_is_the_mean_gain_counting_losses_as_zero():
     a = make_table("a.000", {(2, 3): np.log(2.0), (0, 1): -0.5})
     b = make_table("b.000", {(2, 3): 0.0, (0, 1): 0.3})
     assert single_gains(a) == pytest.approx({(2, 3): np.log(2.0), (0, 1): -0.5})
-    prior = move_prior([a, b])
+    prior = move_prior([single_gains(a), single_gains(b)])
     assert prior == pytest.approx({(0, 1): 0.15, (2, 3): np.log(2.0) / 2})
 
 

@@ -309,7 +309,7 @@ class TreeSearch(_Base):
         return trees.predict(self.x[rows])
 
     def ask(self) -> OptionsConfig | None:
-        untold = np.array([i for i, c in enumerate(self.candidates) if c not in self.told])
+        untold = np.array([self.index[c] for c in self.untold()], dtype=np.int64)
         if not len(untold):
             return None
         if len(self.told) < self.warmup or self.rng.random() < self.eps:

@@ -81,14 +81,14 @@ def single_gains(t: Table) -> dict[Move, float]:
     return out
 
 
-def move_prior(tables: Iterable[Table]) -> dict[Move, float]:
-    """Each single knob change's expected gain over `tables`: the mean over the programs
-    that measured it of max(0, log speed-up). A change that is a large win on some
-    programs and a loss on the rest scores above one that is level everywhere: a search
-    pays one measurement for a loss, and keeps a win."""
+def move_prior(programs: Iterable[dict[Move, float]]) -> dict[Move, float]:
+    """Each single knob change's expected gain over `programs` (each one's `single_gains`):
+    the mean over the programs that measured it of max(0, log speed-up). A change that is
+    a large win on some programs and a loss on the rest scores above one that is level
+    everywhere: a search pays one measurement for a loss, and keeps a win."""
     gains: dict[Move, list[float]] = {}
-    for t in tables:
-        for m, g in single_gains(t).items():
+    for program in programs:
+        for m, g in program.items():
             gains.setdefault(m, []).append(max(g, 0.0))
     return {m: float(np.mean(v)) for m, v in sorted(gains.items())}
 
@@ -99,4 +99,4 @@ def bundled_prior() -> dict[Move, float]:
     from graphcost.data.inspect import sample_root
 
     root = sample_root() / "table" / "npz" / "options" / "cpu"
-    return move_prior(read_table(f) for f in sorted(root.rglob("*.npz")))
+    return move_prior(single_gains(read_table(f)) for f in sorted(root.rglob("*.npz")))

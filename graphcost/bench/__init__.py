@@ -101,7 +101,7 @@ def plot_anytime(curves: Mapping[str, Sequence[Sequence[float]]], path: str | Pa
         if len(per_program):
             curve = np.exp(np.mean(np.log(np.asarray(per_program, dtype=float)), axis=0))
             ax.plot(np.arange(1, len(curve) + 1), curve, label=name,
-                    color=colours[2 * i % 20 + 2 * i // 20 % 2],
+                    color=colours[(2 * i) % 20 + (i // 10) % 2],  # dark shades first
                     ls="--" if name.startswith("model") else "-")
     if len(optimum):
         ax.axhline(float(np.exp(np.mean(np.log(optimum)))), color="k", ls="--", lw=1,

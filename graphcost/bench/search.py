@@ -32,7 +32,7 @@ from typing import Any
 import numpy as np
 
 from graphcost.autotune.strategy import STRATEGIES, Strategy, make_strategy
-from graphcost.autotune.table import Table, move_prior, read_table
+from graphcost.autotune.table import Table, move_prior, read_table, single_gains
 from graphcost.bench import BenchResult, plot_anytime
 from graphcost.data.collection import open_collection
 from graphcost.data.families import family_of
@@ -155,9 +155,10 @@ def bench_search(table: str | Path, data: str | Path, out: str | Path,
         held_out = {family_of(n): n for n in graphs}
         held_out = {f: held_out.get(f, fold0) for f in {family_of(n) for n in files}}
     tables = {name: read_table(files[name]) for name in sorted(files)}
+    gains = {name: single_gains(t) for name, t in tables.items()}
     programs = []
     for name, t in tables.items():
-        prior = move_prior(u for n, u in tables.items() if family_of(n) != family_of(name))
+        prior = move_prior(g for n, g in gains.items() if family_of(n) != family_of(name))
         say(f"{name}: {len(t.configs)} configs, {t.executables} "
             f"executables, optimum {t.optimum:.3f}x")
         scores = [ConfigScorer(m(held_out[family_of(name)]), t.graph).scores() for m in models]
