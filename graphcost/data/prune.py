@@ -33,6 +33,22 @@ def k_hop_nodes(edge_index: np.ndarray, seeds: np.ndarray, num_nodes: int,
     return np.flatnonzero(keep)
 
 
+def kept_nodes(graph: Graph, hops: int) -> np.ndarray:
+    """Sorted ids of the nodes `prune_graph` keeps (every node for a negative `hops` or a
+    tile graph)."""
+    if not isinstance(graph, LayoutGraph) or hops < 0:
+        return np.arange(graph.num_nodes)
+    return k_hop_nodes(graph.edge_index, graph.node_config_ids, graph.num_nodes, hops)
+
+
+def graph_key(graph: Graph) -> tuple:
+    """A key that tells graphs apart: name, sizes and a digest of the edges, so two
+    different graphs that share a file name do not collide."""
+    digest = hashlib.blake2b(np.ascontiguousarray(graph.edge_index).tobytes(),
+                             digest_size=8).hexdigest()
+    return graph.name, graph.num_nodes, graph.num_configs, digest
+
+
 def prune_graph(graph: Graph, hops: int) -> Graph:
     """The subgraph induced by the configurable nodes and their `hops`-hop neighbours.
 
@@ -44,7 +60,7 @@ def prune_graph(graph: Graph, hops: int) -> Graph:
     """
     if not isinstance(graph, LayoutGraph) or hops < 0:
         return graph
-    kept = k_hop_nodes(graph.edge_index, graph.node_config_ids, graph.num_nodes, hops)
+    kept = kept_nodes(graph, hops)
     new_id = np.full(graph.num_nodes, -1, dtype=np.int64)
     new_id[kept] = np.arange(kept.size)
     edges = new_id[graph.edge_index]
@@ -57,11 +73,7 @@ def prune_graph(graph: Graph, hops: int) -> Graph:
 
 
 class PruneCache:
-    """Memoised `prune_graph`: each graph is pruned once per process.
-
-    Keyed by the graph's name, sizes and a digest of its edges, so two different graphs
-    that share a file name do not collide.
-    """
+    """Memoised `prune_graph`: each graph is pruned once per process (`graph_key`)."""
 
     def __init__(self) -> None:
         self._cache: dict[tuple, Graph] = {}
@@ -69,9 +81,7 @@ class PruneCache:
     def __call__(self, graph: Graph, hops: int) -> Graph:
         if not isinstance(graph, LayoutGraph) or hops < 0:
             return graph
-        digest = hashlib.blake2b(np.ascontiguousarray(graph.edge_index).tobytes(),
-                                 digest_size=8).hexdigest()
-        key = (graph.name, graph.num_nodes, graph.num_configs, digest, hops)
+        key = (*graph_key(graph), hops)
         if key not in self._cache:
             self._cache[key] = prune_graph(graph, hops)
         return self._cache[key]

@@ -13,11 +13,13 @@ from collections.abc import Iterable
 from pathlib import Path
 from typing import Any
 
+import numpy as np
 import torch
 
 from graphcost import __version__, fields
 from graphcost.data.features import FeatureTransform
-from graphcost.data.prune import PruneCache
+from graphcost.data.loops import depth_features, with_loops
+from graphcost.data.prune import PruneCache, graph_key, kept_nodes
 from graphcost.errors import SettingsError, UserError
 from graphcost.formats import Graph
 from graphcost.models.base import GraphTensors, RankingNet, graph_tensors
@@ -58,6 +60,7 @@ class Model:
         #: known): a tile model of TPU tile sizes must not rank XLA:CPU compiler options
         self.collection: str | None = None
         self._prune = PruneCache()
+        self._loops: dict[tuple, tuple[Graph, np.ndarray]] = {}  # `with_loops` per graph
 
     def __repr__(self) -> str:
         return f"Model({self.name!r}, {self.kind!r}, {self.settings})"
@@ -92,7 +95,15 @@ class Model:
         if graph.kind != self.kind:
             raise UserError(f"a {self.kind} model cannot score {graph.kind} graph {graph.name}")
         hops = getattr(self.settings, "prune_hops", -1)
-        return graph_tensors(self._prune(graph, hops), self.transform)
+        if not getattr(self.settings, "loops", False):
+            return graph_tensors(self._prune(graph, hops), self.transform)
+        key = graph_key(graph)
+        if key not in self._loops:
+            self._loops[key] = with_loops(graph)
+        looped, depth = self._loops[key]
+        g = graph_tensors(self._prune(looped, hops), self.transform)
+        extra = torch.from_numpy(depth_features(depth[kept_nodes(looped, hops)]))
+        return dataclasses.replace(g, x=torch.cat([g.x, extra], dim=1))
 
     # ---------------------------------------------------------------- persistence
 

@@ -52,6 +52,7 @@ from torch_geometric.nn import SAGEConv, global_max_pool
 from torch_geometric.nn import global_mean_pool as mean_pool
 
 from graphcost import fields
+from graphcost.data.loops import LOOP_FEATURES
 from graphcost.models.base import (
     NUM_OPCODES,
     Batch,
@@ -119,12 +120,15 @@ class RankerSettings:
     # 8); the training loss always uses 1
     correction: float = 1.0
     change_features: bool = False  # layout: per role, changed order or not (`layout_features`)
+    # layout: while loops made visible (`data.loops`): each read of a loop's tuple joined
+    # to the element it reads, and every node's loop depth as a node input
+    loops: bool = False
     # what a checkpoint written before a setting existed was trained with
     BEFORE: ClassVar[dict[str, Any]] = {"tile_join": "late"}
     # settings only one kind's network reads (`Model` refuses them for the other kind)
     KINDS: ClassVar[dict[str, str]] = {
         "tile_join": "tile", "change_features": "layout", "prune_hops": "layout",
-        "segment_size": "layout", "segment_halo": "layout"}
+        "loops": "layout", "segment_size": "layout", "segment_halo": "layout"}
     RULES: ClassVar[dict[str, fields.Rule]] = {
         "hidden": fields.AT_LEAST_1, "opcode_dim": fields.AT_LEAST_1,
         "layers": fields.AT_LEAST_1, "dropout": fields.FRACTION,
@@ -195,7 +199,8 @@ class Ranker(RankingNet):
         d = s.hidden
         self.kind, self.s = kind, s
         self.opcode = nn.Embedding(NUM_OPCODES, s.opcode_dim)
-        self.node_in = mlp(node_dim + s.opcode_dim, d, d, s.dropout)
+        loops = LOOP_FEATURES if kind == "layout" and s.loops else 0
+        self.node_in = mlp(node_dim + loops + s.opcode_dim, d, d, s.dropout)
         if kind == "layout":
             extra = CHANGE_FEATURES if s.change_features else 0
             self.join = mlp(d + LAYOUT_FEATURES + extra, d, d, s.dropout)
