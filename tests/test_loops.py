@@ -100,3 +100,17 @@ def test_a_ranker_with_loops_sees_each_nodes_depth_and_the_extra_edges():
     assert b.x[:, -LOOP_FEATURES:].argmax(1).tolist() == loop_structure(graphs[0])[0][kept].tolist()
     assert b.edge_index.shape[1] > a.edge_index.shape[1]
     assert ConfigScorer(looped, graphs[0]).scores().shape == (2,)
+
+
+def test_the_layout_ranker_sees_loops_by_default_and_an_older_model_file_did_not():
+    from graphcost.train import TrainSettings, fit
+
+    assert Model("ranker", "layout").settings.loops
+    assert not Model("ranker", "tile").settings.loops
+    before = Model("ranker", "layout", loops=False)
+    fit(before, [loop_graph()], [], TrainSettings(epochs=1, steps_per_epoch=1))
+    state = before.state()
+    del state["settings"]["loops"]  # as a file written before the setting existed
+    older = Model.from_state(state)  # its weights fit a ranker without loop inputs
+    assert not older.settings.loops
+    assert older.prepare(loop_graph()).x.shape == before.prepare(loop_graph()).x.shape

@@ -95,7 +95,7 @@ class Model:
         if graph.kind != self.kind:
             raise UserError(f"a {self.kind} model cannot score {graph.kind} graph {graph.name}")
         hops = getattr(self.settings, "prune_hops", -1)
-        if not getattr(self.settings, "loops", False):
+        if self.kind != "layout" or not getattr(self.settings, "loops", False):
             return graph_tensors(self._prune(graph, hops), self.transform)
         key = graph_key(graph)
         if key not in self._loops:

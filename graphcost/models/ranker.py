@@ -2,9 +2,12 @@
 
 Pipeline for a layout graph (the tile variant differs only where noted):
 
-1. Pruning (data transform, `graphcost.data.prune`): keep the configurable nodes and
-   their `prune_hops`-hop neighbourhood.
-2. Node inputs: FeatureTransform features ‖ opcode embedding → MLP → h⁰ (N, d).
+1. Loops and pruning (data transforms, `graphcost.data.loops` and `.prune`): with
+   `loops` (the layout default), each read of a while loop's tuple is joined to the
+   element it reads; then keep the configurable nodes and their `prune_hops`-hop
+   neighbourhood.
+2. Node inputs: FeatureTransform features ‖ loop depth (one-hot, with `loops`) ‖ opcode
+   embedding → MLP → h⁰ (N, d).
 3. Configs joined at their nodes: at each configurable node, h⁰ += MLP([h⁰ ‖ cfg]) for
    every config, giving a (C, N, d) state over the one shared edge_index. The 18
    minor-to-major entries are categorical (−1..5), so cfg is their one-hot code plus
@@ -124,7 +127,7 @@ class RankerSettings:
     # to the element it reads, and every node's loop depth as a node input
     loops: bool = False
     # what a checkpoint written before a setting existed was trained with
-    BEFORE: ClassVar[dict[str, Any]] = {"tile_join": "late"}
+    BEFORE: ClassVar[dict[str, Any]] = {"tile_join": "late", "loops": False}
     # settings only one kind's network reads (`Model` refuses them for the other kind)
     KINDS: ClassVar[dict[str, str]] = {
         "tile_join": "tile", "change_features": "layout", "prune_hops": "layout",
