@@ -20,9 +20,9 @@ the rule on exactly these programs (scan-based LSTMs and GRUs, solver loops).
   every iteration. The trip count is not stored either; depth is what the graph says.
 
 Computations are found from `node_splits` (each computation's first node, as
-graphcost's converter writes them) and roots from feature column 0. Graphs that mark
-fewer splits (the published TpuGraphs) get fewer loops found, never wrong edges
-outside a loop.
+graphcost's converter writes them) and roots from feature column 0. In graphs that mark
+fewer splits (the published TpuGraphs) computations run together: fewer loops are
+found, and a read is matched among more elements.
 """
 
 from __future__ import annotations
