@@ -2,12 +2,9 @@
 
 Pipeline for a layout graph (the tile variant differs only where noted):
 
-1. Loops and pruning (data transforms, `graphcost.data.loops` and `.prune`): with
-   `loops` (the layout default), each read of a while loop's tuple is joined to the
-   element it reads; then keep the configurable nodes and their `prune_hops`-hop
-   neighbourhood.
-2. Node inputs: FeatureTransform features ‖ loop depth (one-hot, with `loops`) ‖ opcode
-   embedding → MLP → h⁰ (N, d).
+1. Data transforms: while loops made visible (`loops`, `graphcost.data.loops`), then
+   the configurable nodes' `prune_hops`-hop neighbourhood kept (`.prune`).
+2. Node inputs: features ‖ loop depth (`loops`) ‖ opcode embedding → MLP → h⁰ (N, d).
 3. Configs joined at their nodes: at each configurable node, h⁰ += MLP([h⁰ ‖ cfg]) for
    every config, giving a (C, N, d) state over the one shared edge_index. The 18
    minor-to-major entries are categorical (−1..5), so cfg is their one-hot code plus
@@ -18,8 +15,7 @@ Pipeline for a layout graph (the tile variant differs only where noted):
    after pooling, MLP([pool ‖ MLP(cfg)]); with 'late' the graph is encoded once (N, d)
    and the config joins after pooling only.
 4. A residual GNN stack: h ← h + GELU(SAGEConv(LayerNorm(h))), `layers` times
-   (`directed=True`: separate weights for messages from operands and from users,
-   `DirectedSAGEConv`; it measured worse here, see the setting).
+   (`directed`: one weight for operands' messages, one for users'; it measured worse).
 5. Pooling: [mean ‖ max over all nodes ‖ mean over configurable nodes] → d.
 6. Cross-configuration attention: each config's embedding attends to the other
    configs of its graph (a pre-norm transformer block, `attn_layers` of them), so the
@@ -123,9 +119,7 @@ class RankerSettings:
     # 8); the training loss always uses 1
     correction: float = 1.0
     change_features: bool = False  # layout: per role, changed order or not (`layout_features`)
-    # layout: while loops made visible (`data.loops`): each read of a loop's tuple joined
-    # to the element it reads, and every node's loop depth as a node input
-    loops: bool = False
+    loops: bool = False  # layout: loop edges and depths (`data.loops`); on by default
     # what a checkpoint written before a setting existed was trained with
     BEFORE: ClassVar[dict[str, Any]] = {"tile_join": "late", "loops": False}
     # settings only one kind's network reads (`Model` refuses them for the other kind)
