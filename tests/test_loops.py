@@ -10,6 +10,8 @@ from graphcost.data.prune import kept_nodes
 from graphcost.formats import LayoutGraph, read_graph
 from graphcost.formats.hlo import OPCODE_IDS
 from graphcost.models import Model
+from graphcost.models.scorer import ConfigScorer
+from graphcost.train import TrainSettings, fit
 
 SAMPLE = Path(__file__).parents[1] / "graphcost" / "sample" / "npz" / "layout" / "cpu" / "random"
 
@@ -86,9 +88,6 @@ def test_the_zoo_rnn_joins_reads_to_elements_of_the_same_shape_outside_the_loop(
 
 
 def test_a_ranker_with_loops_sees_each_nodes_depth_and_the_extra_edges():
-    from graphcost.models.scorer import ConfigScorer
-    from graphcost.train import TrainSettings, fit
-
     graphs = [loop_graph()]
     plain, looped = (Model("ranker", "layout", loops=on, prune_hops=2) for on in (False, True))
     for m in (plain, looped):
@@ -103,8 +102,6 @@ def test_a_ranker_with_loops_sees_each_nodes_depth_and_the_extra_edges():
 
 
 def test_the_layout_ranker_sees_loops_by_default_and_an_older_model_file_did_not():
-    from graphcost.train import TrainSettings, fit
-
     assert Model("ranker", "layout").settings.loops
     assert not Model("ranker", "tile").settings.loops
     before = Model("ranker", "layout", loops=False)

@@ -19,7 +19,7 @@ import torch
 from graphcost import __version__, fields
 from graphcost.data.features import FeatureTransform
 from graphcost.data.loops import depth_features, with_loops
-from graphcost.data.prune import PruneCache, graph_key, kept_nodes
+from graphcost.data.prune import PruneCache, graph_key, kept_nodes, prune_graph
 from graphcost.errors import SettingsError, UserError
 from graphcost.formats import Graph
 from graphcost.models.base import GraphTensors, RankingNet, graph_tensors
@@ -60,7 +60,8 @@ class Model:
         #: known): a tile model of TPU tile sizes must not rank XLA:CPU compiler options
         self.collection: str | None = None
         self._prune = PruneCache()
-        self._loops: dict[tuple, tuple[Graph, np.ndarray]] = {}  # `with_loops` per graph
+        #: with `loops`: each graph, its loop edges added, pruned; and its kept nodes' depths
+        self._loops: dict[tuple, tuple[Graph, np.ndarray]] = {}
 
     def __repr__(self) -> str:
         return f"Model({self.name!r}, {self.kind!r}, {self.settings})"
@@ -95,15 +96,16 @@ class Model:
         if graph.kind != self.kind:
             raise UserError(f"a {self.kind} model cannot score {graph.kind} graph {graph.name}")
         hops = getattr(self.settings, "prune_hops", -1)
-        if self.kind != "layout" or not getattr(self.settings, "loops", False):
+        if not getattr(self.settings, "loops", False):  # a layout-only setting
             return graph_tensors(self._prune(graph, hops), self.transform)
-        key = graph_key(graph)
-        if key not in self._loops:
-            self._loops[key] = with_loops(graph)
-        looped, depth = self._loops[key]
-        g = graph_tensors(self._prune(looped, hops), self.transform)
-        extra = torch.from_numpy(depth_features(depth[kept_nodes(looped, hops)]))
-        return dataclasses.replace(g, x=torch.cat([g.x, extra], dim=1))
+        key = (*graph_key(graph), hops)
+        if key not in self._loops:  # each graph's loops found and pruned once per process
+            looped, depth = with_loops(graph)
+            self._loops[key] = (prune_graph(looped, hops),
+                                depth_features(depth[kept_nodes(looped, hops)]))
+        pruned, depth_rows = self._loops[key]
+        g = graph_tensors(pruned, self.transform)
+        return dataclasses.replace(g, x=torch.cat([g.x, torch.from_numpy(depth_rows)], dim=1))
 
     # ---------------------------------------------------------------- persistence
 

@@ -196,7 +196,7 @@ class Ranker(RankingNet):
         d = s.hidden
         self.kind, self.s = kind, s
         self.opcode = nn.Embedding(NUM_OPCODES, s.opcode_dim)
-        loops = LOOP_FEATURES if kind == "layout" and s.loops else 0
+        loops = LOOP_FEATURES if s.loops else 0  # a layout-only setting
         self.node_in = mlp(node_dim + loops + s.opcode_dim, d, d, s.dropout)
         if kind == "layout":
             extra = CHANGE_FEATURES if s.change_features else 0
