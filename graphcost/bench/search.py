@@ -11,6 +11,11 @@ program, at every budget, in seconds (the NAS-Bench idea). The rules of the game
   costs nothing, as a tuner that fingerprints before timing pays nothing for it);
 - a strategy's result at K is the speed-up of the fastest config it has measured over
   the default (by the table's runtimes); the optimum is the table's fastest;
+- with `cross_rounds`, each strategy is told one timing round of the table and scored
+  on the other (both ways): a config that was fastest by one round's luck earns nothing,
+  so the table's noise no longer flatters whatever found its lucky configs, and the
+  optimum is what measuring every config finds, scored the same way (the programs with
+  headroom are still chosen by the stored runtimes);
 - model strategies use, for each program, a model that never saw its family: the fold
   models of `graphcost crossval` on the training collection (`eval.folds`, shared with
   `bench families`), one per seed; a family the training collection lacks takes the
@@ -39,6 +44,7 @@ from graphcost.data.families import family_of
 from graphcost.errors import UserError
 from graphcost.eval.crossval import pooled_files
 from graphcost.eval.folds import fold_model, fold_runs
+from graphcost.formats.npz import read_extra
 from graphcost.models.scorer import ConfigScorer
 from graphcost.stats import geomean_ci, t_interval
 from graphcost.train.settings import TrainSettings
@@ -51,13 +57,15 @@ BASELINES = ("random", "coordinate", "tpe")
 CHOICES = [len(k.choices) for k in OPTION_KNOBS]
 
 
-def anytime(strategy: Strategy, table: Table, budget: int
+def anytime(strategy: Strategy, table: Table, budget: int, scored: np.ndarray | None = None
             ) -> tuple[np.ndarray, list[tuple[int, ...]]]:
     """Speed-up over the default of the best config measured after k = 1..budget
     executables timed (flat once the strategy has nothing left to ask), and that config
-    after each k."""
+    after each k. The strategy is told the table's runtimes; the speed-up is by `scored`
+    (default: the same runtimes), e.g. another timing round of the same configs."""
     row = {c: i for i, c in enumerate(table.configs)}
     base = table.runtime[table.default]
+    worth = table.runtime if scored is None else np.asarray(scored, dtype=np.float64)
     strategy.tell(table.configs[table.default], base)
     timed = {int(table.executable[table.default])}
     best, curve, bests = table.default, [], []
@@ -71,7 +79,7 @@ def anytime(strategy: Strategy, table: Table, budget: int
             continue
         timed.add(int(table.executable[i]))
         best = i if table.runtime[i] < table.runtime[best] else best
-        curve.append(base / table.runtime[best])
+        curve.append(worth[table.default] / worth[best])
         bests.append(table.configs[best])
     short = budget - len(curve)
     return (np.array(curve + [curve[-1] if curve else 1.0] * short),
@@ -91,10 +99,11 @@ class SearchBenchResult(BenchResult):
     headroom: float
     budgets: list[int]
     strategies: list[str]
-    programs: list[dict[str, Any]]  # name, family, optimum, curves: strategy -> [K]
+    programs: list[dict[str, Any]]  # name, family, headroom, optimum, curves: strategy -> [K]
     summary: dict[str, dict[str, dict[str, list[float]]]]  # strategy -> K -> figures
     confirm_k: int = 0  # the budget whose choices were timed again (0: none)
     confirmed: dict[str, Any] | None = None  # `confirm_choices`
+    cross_rounds: bool = False  # told one timing round, scored on the other
 
 
 def summarize(programs: list[dict[str, Any]], strategies: Sequence[str],
@@ -103,7 +112,7 @@ def summarize(programs: list[dict[str, Any]], strategies: Sequence[str],
     speed-up, the mean share of the optimum's log speed-up, and the geometric mean ratio
     to each search a user tries first (`BASELINES` run here), paired per program, each
     with its 95% interval."""
-    rows = [p for p in programs if p["optimum"] >= headroom]
+    rows = [p for p in programs if p["headroom"] >= headroom]
     out: dict[str, Any] = {}
     for s in strategies:
         out[s] = {}
@@ -124,7 +133,7 @@ def bench_search(table: str | Path, data: str | Path, out: str | Path,
                  draws: int = 10, budget: int = 50, headroom: float = 1.10, folds: int = 5,
                  settings: TrainSettings | None = None, confirm_k: int = 0,
                  protocol: Protocol | None = None, core: int | None = None,
-                 model: str = "ranker",
+                 model: str = "ranker", cross_rounds: bool = False,
                  log: Callable[[str], Any] | None = None) -> SearchBenchResult:
     """Every strategy on every program of `table` (see the module docstring). Fold models
     (`model`: a model or rule `crossval` trains) are trained on `data` under `out` once
@@ -155,25 +164,32 @@ def bench_search(table: str | Path, data: str | Path, out: str | Path,
         held_out = {family_of(n): n for n in graphs}
         held_out = {f: held_out.get(f, fold0) for f in {family_of(n) for n in files}}
     tables = {name: read_table(files[name]) for name in sorted(files)}
-    gains = {name: single_gains(t) for name, t in tables.items()}
+    # each view: the runtimes a strategy is told, and those it is scored by
+    views = {name: _views(t, files[name], cross_rounds) for name, t in tables.items()}
+    gains = [{name: single_gains(v[i][0]) for name, v in views.items()}
+             for i in range(len(next(iter(views.values()))))]
     programs = []
     for name, t in tables.items():
-        prior = move_prior(g for n, g in gains.items() if family_of(n) != family_of(name))
         say(f"{name}: {len(t.configs)} configs, {t.executables} "
             f"executables, optimum {t.optimum:.3f}x")
         scores = [ConfigScorer(m(held_out[family_of(name)]), t.graph).scores() for m in models]
+        priors = [move_prior(g for n, g in view.items() if family_of(n) != family_of(name))
+                  for view in gains]
         curves: dict[str, list[float]] = {}
         choices: dict[str, list[int]] = {}
         for s in strategies:
             model_run = s.startswith("model")
             runs = [anytime(make_strategy(s, t.configs, CHOICES, seed,
-                                           scores[i] if model_run else None, prior), t,
-                            budget)
+                                          scores[i] if model_run else None, priors[v]),
+                            told, budget, worth)
+                    for v, (told, worth) in enumerate(views[name])
                     for i, seed in enumerate(seeds if model_run else range(draws))]
             curves[s] = np.exp(np.mean([np.log(c) for c, _ in runs], axis=0)).tolist()
             choices[s] = list(runs[0][1][min(confirm_k, budget) - 1])  # first seed's
-        programs.append({"name": name, "family": family_of(name), "optimum": t.optimum,
-                         "configs": len(t.configs),
+        optimum = np.exp(np.mean([np.log(worth[t.default] / worth[np.argmin(told.runtime)])
+                                  for told, worth in views[name]]))
+        programs.append({"name": name, "family": family_of(name), "headroom": t.optimum,
+                         "optimum": float(optimum), "configs": len(t.configs),
                          "executables": t.executables, "curves": curves,
                          "choices": choices})
     confirmed = (confirm_choices(programs, strategies, confirm_k, headroom,
@@ -185,7 +201,23 @@ def bench_search(table: str | Path, data: str | Path, out: str | Path,
                              headroom=headroom, budgets=budgets, strategies=list(strategies),
                              programs=programs,
                              summary=summarize(programs, strategies, budgets, headroom),
-                             confirm_k=confirm_k, confirmed=confirmed)
+                             confirm_k=confirm_k, confirmed=confirmed,
+                             cross_rounds=cross_rounds)
+
+
+def _views(t: Table, path: Path, cross_rounds: bool) -> list[tuple[Table, np.ndarray]]:
+    """(the table a strategy is told, the runtimes it is scored by): the stored runtimes
+    for both, or with `cross_rounds` each of the first two timing rounds told and the
+    other scored."""
+    if not cross_rounds:
+        return [(t, t.runtime)]
+    rounds = read_extra(path).get("config_runtime_rounds")
+    if rounds is None or np.ndim(rounds) != 2 or np.shape(rounds)[1] < 2:
+        raise UserError(f"{path}: no config_runtime_rounds with two rounds or more; "
+                        "--cross-rounds needs a table timed in rounds (graphcost collect)")
+    rounds = np.asarray(rounds, dtype=np.float64)
+    return [(dataclasses.replace(t, runtime=rounds[:, a]), rounds[:, b])
+            for a, b in ((0, 1), (1, 0))]
 
 
 def confirm_choices(programs: list[dict[str, Any]], strategies: Sequence[str], k: int,
@@ -200,7 +232,7 @@ def confirm_choices(programs: list[dict[str, Any]], strategies: Sequence[str], k
     from graphcost.autotune.tune import confirm
 
     rows = []
-    for p in [p for p in programs if p["optimum"] >= headroom]:
+    for p in [p for p in programs if p["headroom"] >= headroom]:
         name, fn, args = load_target(p["name"])
         t = prepare(name, fn, args, "options")
         picks = {"default": t.configs.default(),
@@ -221,10 +253,12 @@ def format_search(result: SearchBenchResult) -> str:
     """The summary as a table: per budget K, each strategy's geometric mean speed-up over
     the default [95% CI], its share of the optimum's log speed-up, and its ratio to each
     baseline search that ran (paired per program)."""
-    rows = [p for p in result.programs if p["optimum"] >= result.headroom]
+    rows = [p for p in result.programs if p["headroom"] >= result.headroom]
     optimum = geomean_ci([p["optimum"] for p in rows]) if rows else [float("nan")] * 3
+    what = ("told one timing round, scored on the other; optimum: every config measured"
+            if result.cross_rounds else "optimum: the table's best")
     lines = [f"{result.table}: {len(result.programs)} programs, {len(rows)} with ≥ "
-             f"{result.headroom:.2f}x headroom (table optimum {_ci(optimum)}x); model seeds "
+             f"{result.headroom:.2f}x headroom ({what}, {_ci(optimum)}x); model seeds "
              f"{result.seeds}, {result.draws} draws of each model-free strategy",
              f"{'K':>3} {'strategy':17} {'speed-up [95% CI]':>24} {'share of optimum':>24} "
              + " ".join(f"{'over ' + b:>24}" for b in BASELINES if b in result.strategies)]
@@ -252,7 +286,7 @@ def _ci(v: Sequence[float]) -> str:
 def plot_search(result: SearchBenchResult, path: str | Path) -> Path:
     """Anytime curves: the geometric mean speed-up of the best config found against the
     executables timed, one line per strategy, over the headroom programs."""
-    rows = [p for p in result.programs if p["optimum"] >= result.headroom]
+    rows = [p for p in result.programs if p["headroom"] >= result.headroom]
     return plot_anytime({s: [p["curves"][s] for p in rows] for s in result.strategies}, path,
                         f"{result.table}: {len(rows)} programs with ≥ {result.headroom:.2f}x "
                         "headroom", [p["optimum"] for p in rows])

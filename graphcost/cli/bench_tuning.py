@@ -238,6 +238,30 @@ def bench_knobs_cmd(out_dir: str, families: str | None, per_family: int, runs: i
         write_json(result.to_json(), json_path)
 
 
+@bench.command("noise")
+@click.argument("program", default="pyramid.000")
+@click.option("--rounds", type=click.IntRange(min=20), default=600, show_default=True)
+@click.option("--runs", type=click.IntRange(min=1), default=15, show_default=True,
+              help="Timed calls per round; a round's time is their minimum.")
+@click.option("--core", type=CORE, default=None,
+              help="Pin to this core (default: the first one allowed).")
+@json_option
+def bench_noise_cmd(program: str, rounds: int, runs: int, core: int | None,
+                    json_path: str | None) -> None:
+    """How this machine's timing noise looks: one program's default executable (a zoo
+    name or MODULE:FUNCTION) timed in many short rounds on one core, a NumPy canary
+    around each round. Run it beside other work to see what that work costs."""
+    pin(core, no_pin=False)
+    from graphcost.bench.noise import bench_noise, format_noise
+
+    if json_path:
+        check_writable(json_path)
+    result = bench_noise(program, rounds, runs)
+    click.echo(format_noise(result))
+    if json_path:
+        write_json(result.to_json(), json_path)
+
+
 @bench.command("search")
 @click.argument("table", type=click.Path(exists=True, file_okay=False))
 @click.option("--data", default=None, type=click.Path(exists=True, file_okay=False),
@@ -269,11 +293,15 @@ def bench_knobs_cmd(out_dir: str, families: str | None, per_family: int, runs: i
 @click.option("--confirm-rounds", type=click.IntRange(min=2), default=6, show_default=True)
 @click.option("--core", type=CORE, default=None,
               help="Pin to this core when confirming (default: the first one allowed).")
+@click.option("--cross-rounds", is_flag=True,
+              help="tell each strategy one timing round of the table and score it on the "
+                   "other (both ways), so that no strategy gains from a round's luck")
 @json_option
 def bench_search_cmd(table: str, data: str | None, out_dir: str, strategies: str, seeds: str,
                      folds: int, draws: int, budget: int, headroom: float, epochs: int | None,
                      model_name: str, plot_path: str | None, confirm_k: int | None,
-                     confirm_rounds: int, core: int | None, json_path: str | None) -> None:
+                     confirm_rounds: int, core: int | None, cross_rounds: bool,
+                     json_path: str | None) -> None:
     """Search strategies on a table of measured option configs: the best speed-up each
     finds for a budget of measurements, against the table's optimum and random search."""
     core = pin(core, no_pin=not confirm_k)  # before torch and JAX start their threads
@@ -291,7 +319,8 @@ def bench_search_cmd(table: str, data: str | None, out_dir: str, strategies: str
     data = data or str(sample_root() / "npz" / "options" / "cpu")
     result = bench_search(table, data, out_dir, comma_list(strategies), seed_list, draws,
                           budget, headroom, folds, settings, confirm_k or 0,
-                          Protocol(rounds=confirm_rounds), core, model_name, log=click.echo)
+                          Protocol(rounds=confirm_rounds), core, model_name, cross_rounds,
+                          log=click.echo)
     click.echo(format_search(result))
     if plot_path:
         click.echo(f"wrote {plot_search(result, plot_path)}")
