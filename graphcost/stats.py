@@ -121,6 +121,24 @@ def bootstrap_ci(values: np.ndarray, n_boot: int = 1000, seed: int = 0,
     return mean, float(ci.low), float(ci.high)
 
 
+def ratio_of_means_ci(num: Sequence[float], den: Sequence[float], n_boot: int = 1000,
+                      seed: int = 0, level: float = 0.95) -> tuple[float, float, float]:
+    """mean(num) / mean(den) over paired items (graphs, programs), with a percentile
+    bootstrap interval that resamples the pairs: a pooled share, which stays defined
+    where a single item's share would divide by almost nothing."""
+    n, d = np.asarray(num, np.float64).reshape(-1), np.asarray(den, np.float64).reshape(-1)
+    if n.size == 0:
+        return float("nan"), float("nan"), float("nan")
+    point = float(n.mean() / d.mean())
+    if n.size < 2:
+        return point, point, point
+    rng = np.random.default_rng(seed)
+    picks = rng.integers(n.size, size=(n_boot, n.size))
+    ratios = n[picks].mean(axis=1) / d[picks].mean(axis=1)
+    low, high = np.percentile(ratios, [50 - 50 * level, 50 + 50 * level])
+    return point, float(low), float(high)
+
+
 def t_interval(values: np.ndarray, level: float = 0.95) -> tuple[float, float, float]:
     """Mean and Student t interval (paired differences, log ratios). One value, or all
     equal, has no spread: the interval is the mean itself; no values, NaN."""

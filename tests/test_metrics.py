@@ -4,7 +4,14 @@ import numpy as np
 import pytest
 
 from graphcost.eval.metrics import evaluate_graphs, overall_score
-from graphcost.stats import bootstrap_ci, kendall_tau, opa, slowdown_at_k, tile_score
+from graphcost.stats import (
+    bootstrap_ci,
+    kendall_tau,
+    opa,
+    ratio_of_means_ci,
+    slowdown_at_k,
+    tile_score,
+)
 
 
 def brute_opa(pred, runtime):
@@ -91,3 +98,12 @@ def test_evaluate_graphs_summary():
 
 def test_overall_score_is_plain_mean():
     assert overall_score({"tile:xla": 0.9, "layout:xla:random": 0.5}) == pytest.approx(0.7)
+
+
+def test_ratio_of_means_resamples_pairs_and_brackets_the_pooled_ratio():
+    num, den = [0.1, 0.2, 0.3, 0.0], [0.2, 0.2, 0.4, 0.001]
+    point, low, high = ratio_of_means_ci(num, den)
+    assert point == pytest.approx(0.6 / 0.801)
+    assert low < point < high and high <= 1.5  # the near-zero pair does not blow it up
+    assert ratio_of_means_ci([0.5], [1.0]) == (0.5, 0.5, 0.5)
+    assert ratio_of_means_ci([1.0, 2.0], [2.0, 4.0])[1:] == pytest.approx((0.5, 0.5))

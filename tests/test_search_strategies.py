@@ -14,6 +14,7 @@ import pytest
 from click.testing import CliRunner
 
 from graphcost.autotune.strategy import (
+    PRIOR_MOVES,
     CoordinateSearch,
     ModelCoordinate,
     ModelOnline,
@@ -22,6 +23,7 @@ from graphcost.autotune.strategy import (
     RandomSearch,
     TpeSearch,
     TreeSearch,
+    make_strategy,
     onehot,
 )
 from graphcost.autotune.table import Table, decode_options, move_prior, read_table, single_gains
@@ -152,7 +154,20 @@ def test_prior_trees_hand_over_to_trees_after_the_switch():
         c = s.ask()
         assert sum(v != 0 for v in c) <= 2  # coordinate moves
         s.tell(c, runtime(c))
-    assert s.name == "prior-trees" and s.after.told is s.told  # the trees see every result
+    assert s.name == "prior-trees" and s.after.told == s.told  # the trees see every result
+    c = s.ask()
+    assert c not in s.told
+
+
+def test_prior_tpe_tells_tpe_every_measurement_before_it_takes_over():
+    s = make_strategy("prior-tpe", SPACE, CHOICES, seed=0, prior=PRIOR)
+    s.tell((0, 0, 0), runtime((0, 0, 0)))
+    for _ in range(PRIOR_MOVES):
+        c = s.ask()
+        assert sum(v != 0 for v in c) <= PRIOR_MOVES  # the prior's coordinate moves
+        s.tell(c, runtime(c))
+    assert s.name == "prior-tpe" and isinstance(s.after, TpeSearch)
+    assert len(s.after.study.trials) == len(s.told) == PRIOR_MOVES + 1  # TPE saw them all
     c = s.ask()
     assert c not in s.told
 
@@ -247,8 +262,8 @@ def test_bench_search_runs_every_strategy_on_a_table(table, tmp_path):
     assert r.exit_code == 0, r.output
     result = json.loads(out.read_text())
     assert result["strategies"] == ["random", "coordinate", "tpe", "trees", "prior",
-                                    "prior-trees", "model", "model-online", "model-coordinate",
-                                    "model-trees", "model-prior-trees"]
+                                    "prior-trees", "prior-tpe", "model", "model-online",
+                                    "model-coordinate", "model-trees", "model-prior-trees"]
     assert len(result["programs"]) == 16 and (tmp_path / "curves.png").stat().st_size > 0
     for p in result["programs"]:
         t = read_table(next(table.rglob(p["name"] + ".npz")))
@@ -264,8 +279,11 @@ def test_bench_search_runs_every_strategy_on_a_table(table, tmp_path):
     ratios = [p["curves"]["prior-trees"][9] / p["curves"]["coordinate"][9]
               for p in result["programs"]]
     assert f["over_coordinate"][0] == pytest.approx(np.exp(np.mean(np.log(ratios))))
-    assert set(f) == {"speedup", "share_of_optimum", "over_random", "over_coordinate",
-                      "over_tpe"}
+    assert set(f) == {"speedup", "share_of_optimum", "pooled_share", "over_random",
+                      "over_coordinate", "over_tpe"}
+    logs = [np.log(p["curves"]["prior-trees"][9]) for p in result["programs"]]
+    optima = [np.log(p["optimum"]) for p in result["programs"]]
+    assert f["pooled_share"][0] == pytest.approx(np.mean(logs) / np.mean(optima))
 
 
 def test_bench_search_across_rounds_scores_on_the_round_it_was_not_told(table, tmp_path):
@@ -275,7 +293,7 @@ def test_bench_search_across_rounds_scores_on_the_round_it_was_not_told(table, t
                                   "--budget", "30", "--headroom", "1.0", "--cross-rounds",
                                   "--json", str(out)])
     assert r.exit_code == 0, r.output
-    assert "told one timing round, scored on the other" in r.output
+    assert "told half the timing rounds, scored on the other half" in r.output
     for p in json.loads(out.read_text())["programs"]:
         path = next(table.rglob(p["name"] + ".npz"))
         t = read_table(path)
@@ -290,6 +308,27 @@ def test_bench_search_across_rounds_scores_on_the_round_it_was_not_told(table, t
                 assert curve[-1] == pytest.approx(p["optimum"]), p["name"]
 
 
+def test_cross_round_views_split_the_rounds_into_even_and_odd_halves(table):
+    from graphcost.bench.search import _views
+
+    path = next(table.rglob("*.npz"))
+    t = read_table(path)
+    rounds = np.arange(len(t.configs) * 4, dtype=np.float64).reshape(-1, 4)[:, ::-1] + 1
+    with np.load(path) as z:
+        arrays = {**{k: z[k] for k in z.files}, "config_runtime_rounds": rounds}
+    four = table.parent / "four.npz"
+    np.savez(four, **arrays)
+    (told, scored), (told2, scored2) = _views(t, four, cross_rounds=True, first=None)
+    # rounds 0 and 2 against rounds 1 and 3, each the minimum of its half
+    assert told.runtime.tolist() == rounds[:, [0, 2]].min(axis=1).tolist() == scored2.tolist()
+    assert scored.tolist() == rounds[:, [1, 3]].min(axis=1).tolist() == told2.runtime.tolist()
+    # counting only the first two rounds: one round told, the other scored
+    (told, scored), _ = _views(t, four, cross_rounds=True, first=2)
+    assert told.runtime.tolist() == rounds[:, 0].tolist()
+    assert scored.tolist() == rounds[:, 1].tolist()
+    four.unlink()
+
+
 def test_bench_search_across_rounds_needs_the_rounds(table, tmp_path):
     copy = tmp_path / "npz" / "options" / "cpu"
     shutil.copytree(table, copy)
@@ -301,6 +340,22 @@ def test_bench_search_across_rounds_needs_the_rounds(table, tmp_path):
                                   "--strategies", "random", "--draws", "1", "--cross-rounds"])
     assert r.exit_code == 2 and f.name in r.output and "config_runtime_rounds" in r.output, \
         r.output
+
+
+def test_bench_search_counts_only_the_rounds_asked_for(table, tmp_path):
+    out = tmp_path / "one.json"
+    r = CliRunner().invoke(main, ["bench", "search", str(table), "--out", str(tmp_path),
+                                  "--strategies", "random", "--draws", "1", "--budget", "5",
+                                  "--headroom", "1.0", "--table-rounds", "1",
+                                  "--json", str(out)])
+    assert r.exit_code == 0 and "its first 1 timing rounds" in r.output, r.output
+    for p in json.loads(out.read_text())["programs"]:  # the optimum of round 0 alone
+        rounds = np.load(next(table.rglob(p["name"] + ".npz")))["config_runtime_rounds"]
+        t = read_table(next(table.rglob(p["name"] + ".npz")))
+        assert p["headroom"] == pytest.approx(rounds[t.default, 0] / rounds[:, 0].min())
+    r = CliRunner().invoke(main, ["bench", "search", str(table), "--out", str(tmp_path),
+                                  "--strategies", "random", "--table-rounds", "3"])
+    assert r.exit_code == 2 and "with 3 rounds or more" in r.output, r.output
 
 
 def test_bench_search_refuses_a_layout_collection(tmp_path):

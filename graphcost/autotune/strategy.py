@@ -26,7 +26,8 @@ proposal is always something the measurer can time.
   score is one more feature of the trees, and the model's order starts the search.
 - `PriorSearch`: coordinate moves from the best config so far, taken in the order of
   their expected gain on other programs (`autotune.table.move_prior`, learned from a
-  table); with `switch` (`prior-trees`), trees take over after that many measurements.
+  table); with `switch`, trees (`prior-trees`) or TPE (`prior-tpe`) take over after that
+  many measurements, told everything measured before.
 """
 
 from __future__ import annotations
@@ -42,9 +43,9 @@ OptionsConfig = tuple[int, ...]
 Move = tuple[int, int]  # a single knob change: (knob, value)
 #: every strategy by name; the ones starting "model" need a cost model's scores, the
 #: "prior" ones a move prior
-STRATEGIES = ("random", "coordinate", "tpe", "trees", "prior", "prior-trees", "model",
-              "model-online", "model-coordinate", "model-trees", "model-prior-trees")
-#: measurements the prior's coordinate moves make before trees take over (prior-trees)
+STRATEGIES = ("random", "coordinate", "tpe", "trees", "prior", "prior-trees", "prior-tpe",
+              "model", "model-online", "model-coordinate", "model-trees", "model-prior-trees")
+#: measurements the prior's coordinate moves make before trees or TPE take over
 PRIOR_MOVES = 5
 
 
@@ -330,26 +331,30 @@ class PriorSearch(_Base):
     with the highest `prior` (a move's expected gain, `autotune.table.move_prior`; moves
     the prior lacks come last, in knob order), so the first measurements go to the knob
     changes that paid most often and most on other programs. With `switch`, after that
-    many configs beyond the default `TreeSearch` (with the model's `scores` as a feature
-    when given) proposes from everything measured; without, random candidates once no
-    move is left.
+    many configs beyond the default `after` proposes, told everything measured so far:
+    "trees" (`TreeSearch`, with the model's `scores` as a feature when given) or "tpe";
+    without, random candidates once no move is left.
     """
 
     name = "prior"
 
     def __init__(self, candidates: Sequence[OptionsConfig], choices: Sequence[int],
                  prior: Mapping[Move, float], seed: int = 0, switch: int | None = None,
-                 scores: Sequence[float] | None = None):
+                 scores: Sequence[float] | None = None, after: str = "trees"):
         super().__init__(candidates, seed)
         every = [(k, v) for k, n in enumerate(choices) for v in range(1, n)]
         self.order = sorted(every, key=lambda m: (-prior.get(m, -np.inf), m))
         self.known = set(self.candidates)
         self.switch = switch
-        self.after: _Base = (TreeSearch(candidates, choices, seed, scores, eps=0.0, warmup=0)
-                             if switch is not None else RandomSearch(candidates, seed))
-        self.after.told = self.told
+        self.after: Strategy = RandomSearch(candidates, seed)
         if switch is not None:
-            self.name = "model-prior-trees" if scores is not None else "prior-trees"
+            self.after = (TpeSearch(candidates, choices, seed) if after == "tpe" else
+                          TreeSearch(candidates, choices, seed, scores, eps=0.0, warmup=0))
+            self.name = ("model-" if scores is not None else "") + f"prior-{after}"
+
+    def tell(self, config: OptionsConfig, runtime: float) -> None:
+        super().tell(config, runtime)
+        self.after.tell(config, runtime)
 
     def ask(self) -> OptionsConfig | None:
         if self.switch is None or len(self.told) <= self.switch:
@@ -379,9 +384,11 @@ def make_strategy(name: str, candidates: Sequence[OptionsConfig], choices: Seque
         raise UserError(f"unknown strategy {name!r}; expected one of {', '.join(STRATEGIES)}")
     if "prior" in name and prior is None:
         raise UserError(f"strategy {name!r} needs a move prior: a table of measured configs")
-    if name in ("prior", "prior-trees"):
-        return PriorSearch(candidates, choices, prior, seed,
-                           PRIOR_MOVES if name == "prior-trees" else None)
+    if name == "prior":
+        return PriorSearch(candidates, choices, prior, seed)
+    if name in ("prior-trees", "prior-tpe"):
+        return PriorSearch(candidates, choices, prior, seed, PRIOR_MOVES,
+                           after=name.removeprefix("prior-"))
     if scores is None:
         raise UserError(f"strategy {name!r} needs a cost model's scores: give a model")
     if name == "model":

@@ -11,8 +11,9 @@ program, at every budget, in seconds (the NAS-Bench idea). The rules of the game
   costs nothing, as a tuner that fingerprints before timing pays nothing for it);
 - a strategy's result at K is the speed-up of the fastest config it has measured over
   the default (by the table's runtimes); the optimum is the table's fastest;
-- with `cross_rounds`, each strategy is told one timing round of the table and scored
-  on the other (both ways): a config that was fastest by one round's luck earns nothing,
+- with `cross_rounds`, each strategy is told half of the table's timing rounds (the
+  minimum over the even rounds) and scored on the other half (the odd ones), then the
+  other way round: a config that was fastest by one round's luck earns nothing,
   so the table's noise no longer flatters whatever found its lucky configs, and the
   optimum is what measuring every config finds, scored the same way (the programs with
   headroom are still chosen by the stored runtimes);
@@ -46,7 +47,7 @@ from graphcost.eval.crossval import pooled_files
 from graphcost.eval.folds import fold_model, fold_runs
 from graphcost.formats.npz import read_extra
 from graphcost.models.scorer import ConfigScorer
-from graphcost.stats import geomean_ci, t_interval
+from graphcost.stats import geomean_ci, ratio_of_means_ci, t_interval
 from graphcost.train.settings import TrainSettings
 from graphcost.xla.configs import OPTION_KNOBS
 from graphcost.xla.timing import Protocol
@@ -103,15 +104,17 @@ class SearchBenchResult(BenchResult):
     summary: dict[str, dict[str, dict[str, list[float]]]]  # strategy -> K -> figures
     confirm_k: int = 0  # the budget whose choices were timed again (0: none)
     confirmed: dict[str, Any] | None = None  # `confirm_choices`
-    cross_rounds: bool = False  # told one timing round, scored on the other
+    cross_rounds: bool = False  # told half the timing rounds, scored on the other half
+    table_rounds: int = 0  # only the table's first that many timing rounds (0: all)
 
 
 def summarize(programs: list[dict[str, Any]], strategies: Sequence[str],
               budgets: Sequence[int], headroom: float) -> dict[str, Any]:
     """Per strategy and budget, over the programs with `headroom`: the geometric mean
-    speed-up, the mean share of the optimum's log speed-up, and the geometric mean ratio
-    to each search a user tries first (`BASELINES` run here), paired per program, each
-    with its 95% interval."""
+    speed-up, the mean share of the optimum's log speed-up per program and pooled (the
+    mean log speed-up over the mean log optimum: defined where some program's optimum is
+    near 1), and the geometric mean ratio to each search a user tries first (`BASELINES`
+    run here), paired per program, each with its 95% interval."""
     rows = [p for p in programs if p["headroom"] >= headroom]
     out: dict[str, Any] = {}
     for s in strategies:
@@ -122,6 +125,8 @@ def summarize(programs: list[dict[str, Any]], strategies: Sequence[str],
             out[s][str(k)] = {
                 "speedup": geomean_ci(speed),
                 "share_of_optimum": list(t_interval(np.array(share))),
+                "pooled_share": list(ratio_of_means_ci(np.log(speed),
+                                                       [np.log(p["optimum"]) for p in rows])),
                 **{f"over_{b}": geomean_ci([p["curves"][s][k - 1] / p["curves"][b][k - 1]
                                             for p in rows])
                    for b in BASELINES if b in strategies}}
@@ -134,12 +139,15 @@ def bench_search(table: str | Path, data: str | Path, out: str | Path,
                  settings: TrainSettings | None = None, confirm_k: int = 0,
                  protocol: Protocol | None = None, core: int | None = None,
                  model: str = "ranker", cross_rounds: bool = False,
+                 table_rounds: int | None = None,
                  log: Callable[[str], Any] | None = None) -> SearchBenchResult:
     """Every strategy on every program of `table` (see the module docstring). Fold models
     (`model`: a model or rule `crossval` trains) are trained on `data` under `out` once
     and reused by a rerun. With `confirm_k`, each
     strategy's choice after that many measurements (its first seed's) is timed again
-    with the default in fresh rounds on every headroom program (`confirm_choices`)."""
+    with the default in fresh rounds on every headroom program (`confirm_choices`). With
+    `table_rounds`, only the table's first that many timing rounds count: what a table
+    timed in fewer rounds would have said."""
     say = log or (lambda _msg: None)
     unknown = [s for s in strategies if s not in STRATEGIES]
     if unknown:
@@ -164,8 +172,13 @@ def bench_search(table: str | Path, data: str | Path, out: str | Path,
         held_out = {family_of(n): n for n in graphs}
         held_out = {f: held_out.get(f, fold0) for f in {family_of(n) for n in files}}
     tables = {name: read_table(files[name]) for name in sorted(files)}
+    if table_rounds:  # as if the table had been timed in fewer rounds
+        tables = {name: dataclasses.replace(t, runtime=_rounds(
+            files[name], table_rounds, "--table-rounds").min(axis=1))
+            for name, t in tables.items()}
     # each view: the runtimes a strategy is told, and those it is scored by
-    views = {name: _views(t, files[name], cross_rounds) for name, t in tables.items()}
+    views = {name: _views(t, files[name], cross_rounds, table_rounds)
+             for name, t in tables.items()}
     gains = [{name: single_gains(v[i][0]) for name, v in views.items()}
              for i in range(len(next(iter(views.values()))))]
     programs = []
@@ -202,22 +215,29 @@ def bench_search(table: str | Path, data: str | Path, out: str | Path,
                              programs=programs,
                              summary=summarize(programs, strategies, budgets, headroom),
                              confirm_k=confirm_k, confirmed=confirmed,
-                             cross_rounds=cross_rounds)
+                             cross_rounds=cross_rounds, table_rounds=table_rounds or 0)
 
 
-def _views(t: Table, path: Path, cross_rounds: bool) -> list[tuple[Table, np.ndarray]]:
-    """(the table a strategy is told, the runtimes it is scored by): the stored runtimes
-    for both, or with `cross_rounds` each of the first two timing rounds told and the
-    other scored."""
+def _rounds(path: Path, first: int | None, option: str) -> np.ndarray:
+    """The first `first` timing rounds of each config of a table (all with None)."""
+    rounds = read_extra(path).get("config_runtime_rounds")
+    least = max(2, first or 0)
+    if rounds is None or np.ndim(rounds) != 2 or np.shape(rounds)[1] < least:
+        raise UserError(f"{path}: no config_runtime_rounds with {least} rounds or more; "
+                        f"{option} needs a table timed in rounds (graphcost collect --rounds)")
+    return np.asarray(rounds, dtype=np.float64)[:, :first]
+
+
+def _views(t: Table, path: Path, cross_rounds: bool, first: int | None
+           ) -> list[tuple[Table, np.ndarray]]:
+    """(the table a strategy is told, the runtimes it is scored by): the table's runtimes
+    for both, or with `cross_rounds` the minimum over the even timing rounds (of the first
+    `first`) and over the odd ones, each told once and scored by the other."""
     if not cross_rounds:
         return [(t, t.runtime)]
-    rounds = read_extra(path).get("config_runtime_rounds")
-    if rounds is None or np.ndim(rounds) != 2 or np.shape(rounds)[1] < 2:
-        raise UserError(f"{path}: no config_runtime_rounds with two rounds or more; "
-                        "--cross-rounds needs a table timed in rounds (graphcost collect)")
-    rounds = np.asarray(rounds, dtype=np.float64)
-    return [(dataclasses.replace(t, runtime=rounds[:, a]), rounds[:, b])
-            for a, b in ((0, 1), (1, 0))]
+    rounds = _rounds(path, first, "--cross-rounds")
+    halves = [rounds[:, h::2].min(axis=1) for h in (0, 1)]
+    return [(dataclasses.replace(t, runtime=halves[a]), halves[1 - a]) for a in (0, 1)]
 
 
 def confirm_choices(programs: list[dict[str, Any]], strategies: Sequence[str], k: int,
@@ -251,22 +271,26 @@ def confirm_choices(programs: list[dict[str, Any]], strategies: Sequence[str], k
 
 def format_search(result: SearchBenchResult) -> str:
     """The summary as a table: per budget K, each strategy's geometric mean speed-up over
-    the default [95% CI], its share of the optimum's log speed-up, and its ratio to each
-    baseline search that ran (paired per program)."""
+    the default [95% CI], its share of the optimum's log speed-up (per program, and
+    pooled), and its ratio to each baseline search that ran (paired per program)."""
     rows = [p for p in result.programs if p["headroom"] >= result.headroom]
     optimum = geomean_ci([p["optimum"] for p in rows]) if rows else [float("nan")] * 3
-    what = ("told one timing round, scored on the other; optimum: every config measured"
+    what = ("told half the timing rounds, scored on the other half; optimum: every config "
+            "measured"
             if result.cross_rounds else "optimum: the table's best")
+    if result.table_rounds:
+        what = f"its first {result.table_rounds} timing rounds; {what}"
     lines = [f"{result.table}: {len(result.programs)} programs, {len(rows)} with ≥ "
              f"{result.headroom:.2f}x headroom ({what}, {_ci(optimum)}x); model seeds "
              f"{result.seeds}, {result.draws} draws of each model-free strategy",
              f"{'K':>3} {'strategy':17} {'speed-up [95% CI]':>24} {'share of optimum':>24} "
+             f"{'pooled share':>24} "
              + " ".join(f"{'over ' + b:>24}" for b in BASELINES if b in result.strategies)]
     for k in result.budgets:
         for s in result.strategies:
             f = result.summary["by_strategy"][s][str(k)]
             lines.append(f"{k:>3} {s:17} {_ci(f['speedup']):>24} "
-                         f"{_ci(f['share_of_optimum']):>24} "
+                         f"{_ci(f['share_of_optimum']):>24} {_ci(f['pooled_share']):>24} "
                          + " ".join(f"{_ci(f['over_' + b]):>24}" for b in BASELINES
                                     if b in result.strategies))
     c = result.confirmed
@@ -289,4 +313,5 @@ def plot_search(result: SearchBenchResult, path: str | Path) -> Path:
     rows = [p for p in result.programs if p["headroom"] >= result.headroom]
     return plot_anytime({s: [p["curves"][s] for p in rows] for s in result.strategies}, path,
                         f"{result.table}: {len(rows)} programs with ≥ {result.headroom:.2f}x "
-                        "headroom", [p["optimum"] for p in rows])
+                        "headroom" + (", scored on the rounds not told" if result.cross_rounds
+                                      else ""), [p["optimum"] for p in rows])

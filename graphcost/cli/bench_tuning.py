@@ -269,8 +269,8 @@ def bench_noise_cmd(program: str, rounds: int, runs: int, core: int | None,
                    "the bundled options:cpu)")
 @click.option("--out", "out_dir", type=click.Path(file_okay=False), required=True,
               help="fold models (OUT/ranker-<seed>); a rerun reuses them")
-@click.option("--strategies", default="random,coordinate,tpe,trees,prior,prior-trees,model,"
-              "model-online,model-coordinate,model-trees,model-prior-trees",
+@click.option("--strategies", default="random,coordinate,tpe,trees,prior,prior-trees,prior-tpe,"
+              "model,model-online,model-coordinate,model-trees,model-prior-trees",
               show_default=True, help="comma-separated, of autotune.strategy's")
 @click.option("--seeds", default="0,1,2", show_default=True,
               help="model seeds: one leave-family-out model per fold and seed")
@@ -294,14 +294,17 @@ def bench_noise_cmd(program: str, rounds: int, runs: int, core: int | None,
 @click.option("--core", type=CORE, default=None,
               help="Pin to this core when confirming (default: the first one allowed).")
 @click.option("--cross-rounds", is_flag=True,
-              help="tell each strategy one timing round of the table and score it on the "
-                   "other (both ways), so that no strategy gains from a round's luck")
+              help="tell each strategy half of the table's timing rounds and score it on "
+                   "the other half (both ways), so that no strategy gains from a round's luck")
+@click.option("--table-rounds", type=click.IntRange(min=1), default=None,
+              help="count only the table's first N timing rounds: what a table timed in "
+                   "fewer rounds would say")
 @json_option
 def bench_search_cmd(table: str, data: str | None, out_dir: str, strategies: str, seeds: str,
                      folds: int, draws: int, budget: int, headroom: float, epochs: int | None,
                      model_name: str, plot_path: str | None, confirm_k: int | None,
                      confirm_rounds: int, core: int | None, cross_rounds: bool,
-                     json_path: str | None) -> None:
+                     table_rounds: int | None, json_path: str | None) -> None:
     """Search strategies on a table of measured option configs: the best speed-up each
     finds for a budget of measurements, against the table's optimum and random search."""
     core = pin(core, no_pin=not confirm_k)  # before torch and JAX start their threads
@@ -320,7 +323,7 @@ def bench_search_cmd(table: str, data: str | None, out_dir: str, strategies: str
     result = bench_search(table, data, out_dir, comma_list(strategies), seed_list, draws,
                           budget, headroom, folds, settings, confirm_k or 0,
                           Protocol(rounds=confirm_rounds), core, model_name, cross_rounds,
-                          log=click.echo)
+                          table_rounds, log=click.echo)
     click.echo(format_search(result))
     if plot_path:
         click.echo(f"wrote {plot_search(result, plot_path)}")
