@@ -313,5 +313,6 @@ def plot_search(result: SearchBenchResult, path: str | Path) -> Path:
     rows = [p for p in result.programs if p["headroom"] >= result.headroom]
     return plot_anytime({s: [p["curves"][s] for p in rows] for s in result.strategies}, path,
                         f"{result.table}: {len(rows)} programs with ≥ {result.headroom:.2f}x "
-                        "headroom" + (", scored on the rounds not told" if result.cross_rounds
-                                      else ""), [p["optimum"] for p in rows])
+                        "headroom" + ("\nscored on the timing rounds it was not told"
+                                      if result.cross_rounds else ""),
+                        [p["optimum"] for p in rows])

@@ -1,5 +1,6 @@
-"""`graphcost bench …` of autotuning: what tuning finds for a budget of measurements, and
-the option knobs it searches. The commands join the `bench` group of `cli.bench`."""
+"""`graphcost bench …` that time or tune: what tuning finds for a budget of measurements,
+the option knobs it searches, and how noisy the timing core is. The commands join the
+`bench` group of `cli.bench`."""
 
 from __future__ import annotations
 
