@@ -67,10 +67,11 @@ def bench_noise(program: str, rounds: int = 600, runs: int = 15) -> NoiseResult:
     import jax
 
     from graphcost.autotune.program import load_target, prepare
+    from graphcost.xla.prepare import input_maker
 
     name, fn, args = load_target(program)
     exe = prepare(name, fn, args, "options").default_exe
-    inputs = [jax.device_put(np.asarray(a)) for a in jax.tree.leaves(tuple(args))]
+    inputs = input_maker(args)(exe)()
     jax.block_until_ready(exe(*inputs))
     matrix = np.random.default_rng(0).random((128, 128), dtype=np.float32)
 
