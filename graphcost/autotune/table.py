@@ -28,6 +28,7 @@ class Table:
     executable: np.ndarray  # an id per config; configs of one executable share it
     default: int  # the row of the all-default config
     graph: TileGraph
+    rounds: np.ndarray | None = None  # (configs, rounds) timing rounds, where stored
 
     @property
     def executables(self) -> int:
@@ -60,13 +61,16 @@ def read_table(path: Path) -> Table:
     default = (0,) * len(OPTION_KNOBS)
     if default not in configs:
         raise UserError(f"{path}: no default config among its {len(configs)} configs")
-    fingerprints = read_extra(path).get("config_fingerprint")
+    extra = read_extra(path)
+    fingerprints = extra.get("config_fingerprint")
     if fingerprints is None:  # each config its own executable
         executable = np.arange(len(configs))
     else:
         _, executable = np.unique(np.asarray(fingerprints), axis=0, return_inverse=True)
+    rounds = extra.get("config_runtime_rounds")
     return Table(path.stem, configs, np.asarray(g.config_runtime, dtype=np.float64),
-                 np.asarray(executable).reshape(-1), configs.index(default), g)
+                 np.asarray(executable).reshape(-1), configs.index(default), g,
+                 None if rounds is None else np.asarray(rounds, dtype=np.float64))
 
 
 def single_gains(t: Table) -> dict[Move, float]:

@@ -45,7 +45,6 @@ from graphcost.data.families import family_of
 from graphcost.errors import UserError
 from graphcost.eval.crossval import pooled_files
 from graphcost.eval.folds import fold_model, fold_runs
-from graphcost.formats.npz import read_extra
 from graphcost.models.scorer import ConfigScorer
 from graphcost.stats import geomean_ci, ratio_of_means_ci, t_interval
 from graphcost.train.settings import TrainSettings
@@ -174,7 +173,7 @@ def bench_search(table: str | Path, data: str | Path, out: str | Path,
     tables = {name: read_table(files[name]) for name in sorted(files)}
     if table_rounds:  # as if the table had been timed in fewer rounds
         tables = {name: dataclasses.replace(t, runtime=_rounds(
-            files[name], table_rounds, "--table-rounds").min(axis=1))
+            t, files[name], table_rounds, "--table-rounds").min(axis=1))
             for name, t in tables.items()}
     # each view: the runtimes a strategy is told, and those it is scored by
     views = {name: _views(t, files[name], cross_rounds, table_rounds)
@@ -218,14 +217,14 @@ def bench_search(table: str | Path, data: str | Path, out: str | Path,
                              cross_rounds=cross_rounds, table_rounds=table_rounds or 0)
 
 
-def _rounds(path: Path, first: int | None, option: str) -> np.ndarray:
+def _rounds(t: Table, path: Path, first: int | None, option: str) -> np.ndarray:
     """The first `first` timing rounds of each config of a table (all with None)."""
-    rounds = read_extra(path).get("config_runtime_rounds")
+    rounds = t.rounds
     least = max(2, first or 0)
     if rounds is None or np.ndim(rounds) != 2 or np.shape(rounds)[1] < least:
         raise UserError(f"{path}: no config_runtime_rounds with {least} rounds or more; "
                         f"{option} needs a table timed in rounds (graphcost collect --rounds)")
-    return np.asarray(rounds, dtype=np.float64)[:, :first]
+    return rounds[:, :first]
 
 
 def _views(t: Table, path: Path, cross_rounds: bool, first: int | None
@@ -235,7 +234,7 @@ def _views(t: Table, path: Path, cross_rounds: bool, first: int | None
     `first`) and over the odd ones, each told once and scored by the other."""
     if not cross_rounds:
         return [(t, t.runtime)]
-    rounds = _rounds(path, first, "--cross-rounds")
+    rounds = _rounds(t, path, first, "--cross-rounds")
     halves = [rounds[:, h::2].min(axis=1) for h in (0, 1)]
     return [(dataclasses.replace(t, runtime=halves[a]), halves[1 - a]) for a in (0, 1)]
 
