@@ -1,0 +1,78 @@
+"""Two ways to fall back to a rule on the graphs where a learned correction might invert
+it, tried offline on a leave-source-out result (docs/results.md, "Source by source").
+
+    python corpus/gates.py RANKER_JSON RULE_JSON
+
+Both JSONs are `graphcost crossval --group source --json` results over the same graphs
+(the ranker's and the rule's). Each gate is decided from what a user has before
+measuring: the graph, and the two models' scores.
+
+- loop gate: the rule alone on graphs with a while loop, the ranker elsewhere;
+- agreement gate: the rule alone where the ranker's order of the configs agrees with the
+  rule's less than g (Kendall τ between their scores), g chosen on the other sources.
+
+It prints ranker − rule (τ, bootstrap 95% interval over graphs) without a gate, on the
+graphs with and without a loop, and with each gate.
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+from pathlib import Path
+
+import numpy as np
+import scipy.stats
+
+from graphcost.formats.hlo import OPCODE_IDS
+from graphcost.stats import bootstrap_ci
+
+WHILE = OPCODE_IDS["while"]
+LEVELS = (-1.0, 0.0, 0.2, 0.4, 0.5, 0.6, 0.7, 0.8)  # agreement levels g tried
+
+
+def interval(values: list[float]) -> str:
+    mean, lo, hi = bootstrap_ci(np.asarray(values))
+    return f"{mean:+.3f} [{lo:+.3f}, {hi:+.3f}] ({len(values)} graphs)"
+
+
+def main(ranker_json: str, rule_json: str) -> None:
+    ranker = json.loads(Path(ranker_json).read_text())
+    rule = json.loads(Path(rule_json).read_text())["graphs"]
+    files = {f.stem: f for folder in ranker["data"].values()
+             for f in Path(folder).glob("*/*.npz")}
+    graphs = ranker["graphs"]
+    names = [n for n in graphs if n in rule
+             and not np.isnan(graphs[n]["kendall_tau"]) and not np.isnan(rule[n]["kendall_tau"])]
+    gain = {n: graphs[n]["kendall_tau"] - rule[n]["kendall_tau"] for n in names}
+    source = {n: graphs[n]["source"] for n in names}
+    loop = {n: bool((np.load(files[n])["node_opcode"] == WHILE).any()) for n in names}
+    agree = {}
+    for n in names:
+        a, b = np.asarray(graphs[n]["pred"]), np.asarray(rule[n]["pred"])
+        same = np.all(a == a[0]) or np.all(b == b[0])
+        agree[n] = 0.0 if same else float(scipy.stats.kendalltau(a, b).statistic)
+
+    def gated(g: float, among: list[str]) -> list[float]:
+        return [gain[n] if agree[n] >= g else 0.0 for n in among]
+
+    print(f"ranker − rule, no gate:          {interval([gain[n] for n in names])}")
+    print(f"  on graphs with a while loop:   {interval([gain[n] for n in names if loop[n]])}")
+    print(f"  on graphs without:             {interval([gain[n] for n in names if not loop[n]])}")
+    kept = [0.0 if loop[n] else gain[n] for n in names]
+    print(f"loop gate:                       {interval(kept)}")
+    chosen = []
+    for s in sorted(set(source.values())):
+        others = [n for n in names if source[n] != s]
+        g = max(LEVELS, key=lambda level: np.mean(gated(level, others)))
+        chosen += gated(g, [n for n in names if source[n] == s])
+        print(f"  agreement gate for {s}: g = {g:+.1f} (chosen on the other sources)")
+    print(f"agreement gate:                  {interval(chosen)}")
+    r = np.corrcoef([agree[n] for n in names], [gain[n] for n in names])[0, 1]
+    print(f"correlation of agreement and ranker − rule: {r:+.3f}")
+
+
+if __name__ == "__main__":
+    if len(sys.argv) != 3:
+        sys.exit(__doc__)
+    main(sys.argv[1], sys.argv[2])
