@@ -22,10 +22,9 @@ import sys
 from pathlib import Path
 
 import numpy as np
-import scipy.stats
 
 from graphcost.formats.hlo import OPCODE_IDS
-from graphcost.stats import bootstrap_ci
+from graphcost.stats import bootstrap_ci, kendall_tau
 
 WHILE = OPCODE_IDS["while"]
 LEVELS = (-1.0, 0.0, 0.2, 0.4, 0.5, 0.6, 0.7, 0.8)  # agreement levels g tried
@@ -47,11 +46,9 @@ def main(ranker_json: str, rule_json: str) -> None:
     gain = {n: graphs[n]["kendall_tau"] - rule[n]["kendall_tau"] for n in names}
     source = {n: graphs[n]["source"] for n in names}
     loop = {n: bool((np.load(files[n])["node_opcode"] == WHILE).any()) for n in names}
-    agree = {}
-    for n in names:
-        a, b = np.asarray(graphs[n]["pred"]), np.asarray(rule[n]["pred"])
-        same = np.all(a == a[0]) or np.all(b == b[0])
-        agree[n] = 0.0 if same else float(scipy.stats.kendalltau(a, b).statistic)
+    # a rule that ties every config says nothing to agree with: τ is NaN there, taken as 0
+    agree = {n: float(np.nan_to_num(kendall_tau(graphs[n]["pred"], rule[n]["pred"])))
+             for n in names}
 
     def gated(g: float, among: list[str]) -> list[float]:
         return [gain[n] if agree[n] >= g else 0.0 for n in among]
