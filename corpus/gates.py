@@ -12,7 +12,9 @@ measuring: the graph, and the two models' scores.
   rule's less than g (Kendall τ between their scores), g chosen on the other sources.
 
 It prints ranker − rule (τ, bootstrap 95% interval over graphs) without a gate, on the
-graphs with and without a loop, and with each gate.
+graphs with and without a loop, and with each gate; and, first, both scored as the
+rankings a tuner makes of them (`stats.kendall_tau_ranked`: a rule's ties broken at
+random, where τ-b counts them as neither right nor wrong).
 """
 
 from __future__ import annotations
@@ -24,7 +26,7 @@ from pathlib import Path
 import numpy as np
 
 from graphcost.formats.hlo import OPCODE_IDS
-from graphcost.stats import bootstrap_ci, kendall_tau
+from graphcost.stats import bootstrap_ci, kendall_tau, kendall_tau_ranked
 
 WHILE = OPCODE_IDS["while"]
 LEVELS = (-1.0, 0.0, 0.2, 0.4, 0.5, 0.6, 0.7, 0.8)  # agreement levels g tried
@@ -53,7 +55,15 @@ def main(ranker_json: str, rule_json: str) -> None:
     def gated(g: float, among: list[str]) -> list[float]:
         return [gain[n] if agree[n] >= g else 0.0 for n in among]
 
+    runtime = {n: np.load(files[n])["config_runtime"] for n in names}
+    ranked = [kendall_tau_ranked(graphs[n]["pred"], runtime[n])
+              - kendall_tau_ranked(rule[n]["pred"], runtime[n]) for n in names]
     print(f"ranker − rule, no gate:          {interval([gain[n] for n in names])}")
+    print(f"  as rankings, ties at random:   {interval(ranked)}")
+    for s in sorted(set(source.values())):
+        mine = [i for i, n in enumerate(names) if source[n] == s]
+        print(f"    {s}: {interval([gain[names[i]] for i in mine])}, "
+              f"as rankings {interval([ranked[i] for i in mine])}")
     print(f"  on graphs with a while loop:   {interval([gain[n] for n in names if loop[n]])}")
     print(f"  on graphs without:             {interval([gain[n] for n in names if not loop[n]])}")
     kept = [0.0 if loop[n] else gain[n] for n in names]

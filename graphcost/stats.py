@@ -54,6 +54,19 @@ def kendall_tau(pred: np.ndarray, runtime: np.ndarray) -> float:
     return float(scipy.stats.kendalltau(pred, runtime).statistic)
 
 
+def kendall_tau_ranked(pred: np.ndarray, runtime: np.ndarray) -> float:
+    """Kendall τ of the ranking a tuner makes from `pred`, ties broken uniformly at random,
+    in expectation: τ-b credits a tie as neither right nor wrong, which a ranking cannot
+    be. A broken tie is concordant or discordant with equal odds, so P − Q keeps its
+    expectation and only the n1 pairs tied in pred join the denominator:
+    τ_b·sqrt((n0 − n1)/n0). Equal to τ-b where pred has no ties; a rule that ties many
+    configs is judged here as it would be used."""
+    tau = kendall_tau(pred, runtime)
+    n = np.asarray(pred).size
+    n0 = n * (n - 1) // 2
+    return tau if np.isnan(tau) else tau * math.sqrt((n0 - _pair_counts(np.asarray(pred))) / n0)
+
+
 def opa(pred: np.ndarray, runtime: np.ndarray) -> float:
     """Ordered pair accuracy: of the pairs with different runtimes, the fraction whose
     predictions are ordered the same way (strictly).

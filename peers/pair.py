@@ -1,12 +1,14 @@
 """The winners' scores paired per graph with graphcost's leave-family-out results on the
-same folds: each side's mean Kendall τ and the differences, with bootstrap 95% intervals.
+same folds: each side's mean Kendall τ, and the first side minus each other side, with
+bootstrap 95% intervals over graphs.
 
-    python peers/pair.py DATA RANKER_JSON RULE_JSON NAME=SCORES_GLOB ...
+    python peers/pair.py DATA NAME=GLOB NAME=GLOB ...
 
-DATA is the collection (graphcost/sample/npz/layout/cpu/default); RANKER_JSON and
-RULE_JSON are `graphcost crossval DATA --json` results (the ranker's, a rule's);
-each NAME=SCORES_GLOB names JSON files of a winner's per-config scores ({file: scores},
-config order, higher = slower, as both winners rank).
+DATA is the collection (graphcost/sample/npz/layout/cpu/default). Each NAME=GLOB is one
+side and the JSON files of its results: `graphcost crossval --json` results, or a
+winner's per-config scores ({file: scores}, config order, higher = slower, as both
+winners rank). With several seeds, a glob matches every seed's files: a graph's τ is its
+mean over the seeds, and only graphs every side scored in every one of its files count.
 """
 
 from __future__ import annotations
@@ -14,6 +16,7 @@ from __future__ import annotations
 import glob
 import json
 import sys
+from collections import defaultdict
 from pathlib import Path
 
 import numpy as np
@@ -21,36 +24,46 @@ import numpy as np
 from graphcost.stats import bootstrap_ci, kendall_tau
 
 
-def interval(values: list[float]) -> str:
-    mean, lo, hi = bootstrap_ci(np.asarray(values))
-    return f"{mean:+.3f} [{lo:+.3f}, {hi:+.3f}]"
+def side_taus(pattern: str, runtime: dict[str, np.ndarray]) -> tuple[dict[str, float], int]:
+    """{graph: mean τ over the files} and how many files (seeds) `pattern` matched."""
+    files = sorted(glob.glob(pattern))
+    taus: dict[str, list[float]] = defaultdict(list)
+    seeds = defaultdict(set)
+    for f in files:
+        result = json.loads(Path(f).read_text())
+        seed = result.get("seed", f) if "graphs" in result else f.split("/fold")[0]
+        if "graphs" in result:
+            scored = {n: g["kendall_tau"] for n, g in result["graphs"].items()}
+        else:
+            scored = {Path(n).stem: kendall_tau(np.asarray(s), runtime[Path(n).stem])
+                      for n, s in result.items()}
+        for name, tau in scored.items():
+            taus[name].append(tau)
+            seeds[name].add(seed)
+    runs = len({s for v in seeds.values() for s in v})
+    return {n: float(np.mean(t)) for n, t in taus.items() if len(seeds[n]) == runs}, runs
 
 
-def main(data: str, ranker_json: str, rule_json: str, winners: list[str]) -> None:
+def main(data: str, sides: list[str]) -> None:
     runtime = {f.stem: np.load(f)["config_runtime"] for f in Path(data).glob("*/*.npz")}
-    taus = {}
-    for label, path in (("graphcost ranker", ranker_json), ("rule", rule_json)):
-        result = json.loads(Path(path).read_text())
-        taus[label] = {n: g["kendall_tau"] for n, g in result["graphs"].items()}
-    for spec in winners:
+    taus, runs = {}, {}
+    for spec in sides:
         label, pattern = spec.split("=", 1)
-        taus[label] = {}
-        for f in glob.glob(pattern):
-            for name, scores in json.loads(Path(f).read_text()).items():
-                stem = Path(name).stem
-                taus[label][stem] = kendall_tau(np.asarray(scores), runtime[stem])
+        taus[label], runs[label] = side_taus(pattern, runtime)
+        if not taus[label]:
+            sys.exit(f"{label}: no scored graph in {pattern}")
     names = sorted(set.intersection(*(set(t) for t in taus.values())))
     names = [n for n in names if not any(np.isnan(t[n]) for t in taus.values())]
     print(f"{len(names)} graphs scored by every side")
     for label, t in taus.items():
-        print(f"  {label}: τ {np.mean([t[n] for n in names]):.3f}")
-    for label in list(taus)[2:]:
-        for mine in ("graphcost ranker", "rule"):
-            diff = [taus[mine][n] - taus[label][n] for n in names]
-            print(f"  {mine} − {label}: {interval(diff)}")
+        print(f"  {label}: τ {np.mean([t[n] for n in names]):.3f} ({runs[label]} seeds)")
+    first, *others = taus
+    for label in others:
+        mean, lo, hi = bootstrap_ci(np.asarray([taus[first][n] - taus[label][n] for n in names]))
+        print(f"  {first} − {label}: {mean:+.3f} [{lo:+.3f}, {hi:+.3f}]")
 
 
 if __name__ == "__main__":
-    if len(sys.argv) < 5:
+    if len(sys.argv) < 4 or not all("=" in a for a in sys.argv[2:]):
         sys.exit(__doc__)
-    main(sys.argv[1], sys.argv[2], sys.argv[3], sys.argv[4:])
+    main(sys.argv[1], sys.argv[2:])

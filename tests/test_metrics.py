@@ -7,6 +7,7 @@ from graphcost.eval.metrics import evaluate_graphs, overall_score
 from graphcost.stats import (
     bootstrap_ci,
     kendall_tau,
+    kendall_tau_ranked,
     opa,
     ratio_of_means_ci,
     slowdown_at_k,
@@ -34,6 +35,20 @@ def test_kendall_hand_computed():
 def test_kendall_tau_b_with_ties():
     # pred ties one pair: P=5, Q=0, n0=6, n1=1, n2=0 -> 5/sqrt(5*6)
     assert kendall_tau([1, 1, 2, 3], [1, 2, 3, 4]) == pytest.approx(5 / np.sqrt(30))
+
+
+def test_kendall_tau_ranked_is_the_mean_over_random_tie_breaks():
+    rng = np.random.default_rng(0)
+    runtime = rng.permutation(8).astype(float)
+    runtime[:2] = runtime[0]  # a tie in runtime stays a tie whatever pred does
+    pred = np.array([0, 0, 0, 1, 1, 2, 3, 3], dtype=float)
+    breaks = [kendall_tau(pred + 0.5 * rng.random(8), runtime) for _ in range(20000)]
+    assert kendall_tau_ranked(pred, runtime) == pytest.approx(np.mean(breaks), abs=0.005)
+    assert kendall_tau_ranked(pred, runtime) < kendall_tau(pred, runtime)
+    untied = rng.permutation(8).astype(float)
+    assert kendall_tau_ranked(untied, runtime) == kendall_tau(untied, runtime)
+    assert kendall_tau_ranked([5, 5, 5], [1, 2, 3]) == 0.0
+    assert np.isnan(kendall_tau_ranked([1, 2, 3], [7, 7, 7]))
 
 
 def test_degenerate_graphs():
