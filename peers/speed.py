@@ -10,9 +10,9 @@ once by both, cancel. An epoch is one pass over the training graphs in each side
 recipe (graphcost: every config of a graph per step, validation each epoch; 1st place:
 every config, no evaluation inside the run, as their own script evaluates every 2,000
 steps; 2nd place: 10 configs a graph per step, so 32 iterations for 128 graphs).
-Rounds rotate the order of the sides. Peak memory is the largest sum of resident memory
-over a command's whole process tree (the 2nd place's loader runs two worker processes),
-sampled every 50 ms. Run with graphcost's `.venv`; the winners' environment is $PEERS
+Rounds rotate the order of the sides. Peak memory is the largest summed proportional set
+size of a command's whole process tree (the 2nd place's loader runs two worker
+processes), sampled every 50 ms. Run with graphcost's `.venv`; the winners' environment is $PEERS
 (peers/README.md). Timings mean something only on an otherwise idle machine.
 """
 
@@ -35,12 +35,14 @@ CONFIGS_PER_STEP = {"graphcost": 24, "1st place": 24, "2nd place": 10}  # a grap
 
 
 def tree_peak(proc: subprocess.Popen) -> int:
-    """Wait for `proc`; the peak of its process tree's summed RSS, in bytes."""
+    """Wait for `proc`; the peak of its process tree's summed proportional set size (a
+    page shared by k processes counts 1/k in each, so forked workers are not counted
+    twice), in bytes."""
     root, peak = psutil.Process(proc.pid), 0
     while proc.poll() is None:
         try:
             procs = [root, *root.children(recursive=True)]
-            peak = max(peak, sum(p.memory_info().rss for p in procs if p.is_running()))
+            peak = max(peak, sum(p.memory_full_info().pss for p in procs))
         except psutil.Error:
             pass  # a process ended between listing and reading
         time.sleep(0.05)
@@ -102,7 +104,7 @@ def main() -> None:
         per_epoch = [(b - a) / (hi - lo) for a, b in pairs]
         configs = train_graphs * CONFIGS_PER_STEP[side]
         rows[side] = {"s_per_epoch": statistics.median(per_epoch), "per_epoch_rounds": per_epoch,
-                      "configs_per_epoch": configs, "peak_rss_gb": peak[side] / 1e9}
+                      "configs_per_epoch": configs, "peak_pss_gb": peak[side] / 1e9}
         rows[side]["train_configs_per_s"] = configs / rows[side]["s_per_epoch"]
     mine = rows["graphcost"]
     print(f"{train_graphs} training graphs, layout:cpu:{args.search}, core {args.core}")
@@ -112,7 +114,7 @@ def main() -> None:
         print(f"  {side:10s} {row['s_per_epoch']:6.2f} s/epoch "
               f"(rounds {', '.join(f'{x:.2f}' for x in row['per_epoch_rounds'])}), "
               f"{row['train_configs_per_s']:6.0f} configs/s, ×{ratio:.2f} graphcost's time "
-              f"per config, peak {row['peak_rss_gb']:.2f} GB")
+              f"per config, peak {row['peak_pss_gb']:.2f} GB")
     if args.json:
         args.json.write_text(json.dumps({"train_graphs": train_graphs, "search": args.search,
                                          "epochs": args.epochs, "sides": rows}, indent=1))
