@@ -2,6 +2,7 @@
 interleaved on one core.
 
     python peers/speed.py FOLD_DIR [--search default] [--epochs 2 6] [--rounds 3] [--core 1]
+                          [--sides graphcost "1st place" "2nd place"] [--json FILE]
 
 Each side trains on the fold's training graphs as a whole command, twice: for a few
 epochs and for more. The cost of one epoch is the difference of the two wall times over
@@ -71,18 +72,20 @@ def main() -> None:
     parser.add_argument("--epochs", type=int, nargs=2, default=[2, 6])
     parser.add_argument("--rounds", type=int, default=3)
     parser.add_argument("--core", type=int, default=1)
+    parser.add_argument("--sides", nargs="+", default=list(CONFIGS_PER_STEP),
+                        choices=list(CONFIGS_PER_STEP), help="graphcost alone needs no $PEERS")
     parser.add_argument("--json", type=Path)
     args = parser.parse_args()
     train = args.fold / "npz_all/npz/layout/xla" / args.search / "train"
     train_graphs = len(list(train.glob("*.npz")))
     if not train_graphs:
         parser.error(f"{train}: no training graphs (make the fold with peers/make_fold.py)")
-    sides = list(CONFIGS_PER_STEP)
+    sides = args.sides
     wall = {s: {e: [] for e in args.epochs} for s in sides}
     peak = {s: 0 for s in sides}
     with tempfile.TemporaryDirectory() as tmp:
         for r in range(args.rounds):
-            for side in sides[r % 3:] + sides[:r % 3]:
+            for side in sides[r % len(sides):] + sides[:r % len(sides)]:
                 for epochs in args.epochs:
                     out = Path(tmp) / f"{side[:3]}-{r}-{epochs}"
                     cmd, env = command(side, args.fold, args.search, epochs, out, args.core,
@@ -106,14 +109,14 @@ def main() -> None:
         rows[side] = {"s_per_epoch": statistics.median(per_epoch), "per_epoch_rounds": per_epoch,
                       "configs_per_epoch": configs, "peak_pss_gb": peak[side] / 1e9}
         rows[side]["train_configs_per_s"] = configs / rows[side]["s_per_epoch"]
-    mine = rows["graphcost"]
+    mine = rows[sides[0]]
     print(f"{train_graphs} training graphs, layout:cpu:{args.search}, core {args.core}")
     for side, row in rows.items():
         ratio = row["s_per_epoch"] / (mine["s_per_epoch"] * row["configs_per_epoch"]
                                       / mine["configs_per_epoch"])
         print(f"  {side:10s} {row['s_per_epoch']:6.2f} s/epoch "
               f"(rounds {', '.join(f'{x:.2f}' for x in row['per_epoch_rounds'])}), "
-              f"{row['train_configs_per_s']:6.0f} configs/s, ×{ratio:.2f} graphcost's time "
+              f"{row['train_configs_per_s']:6.0f} configs/s, ×{ratio:.2f} the first side's time "
               f"per config, peak {row['peak_pss_gb']:.2f} GB")
     if args.json:
         args.json.write_text(json.dumps({"train_graphs": train_graphs, "search": args.search,
