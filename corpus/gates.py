@@ -1,15 +1,19 @@
 """Two ways to fall back to a rule on the graphs where a learned correction might invert
 it, tried offline on a leave-source-out result (docs/results.md, "Source by source").
 
-    python corpus/gates.py RANKER_JSON RULE_JSON
+    python corpus/gates.py RANKER_JSON RULE_JSON [RANKER_JSON_OF_ANOTHER_SEED ...]
 
-Both JSONs are `graphcost crossval --group source --json` results over the same graphs
+The JSONs are `graphcost crossval --group source --json` results over the same graphs
 (the ranker's and the rule's). Each gate is decided from what a user has before
 measuring: the graph, and the two models' scores.
 
 - loop gate: the rule alone on graphs with a while loop, the ranker elsewhere;
 - agreement gate: the rule alone where the ranker's order of the configs agrees with the
   rule's less than g (Kendall τ between their scores), g chosen on the other sources.
+
+With more seeds of the ranker, two more: the seeds' ensemble (each graph's scores
+standardized per seed, then averaged), and a disagreement gate (the rule alone where
+two seeds order the configs alike less than g, g chosen on the other sources).
 
 It prints ranker − rule (τ, bootstrap 95% interval over graphs) without a gate, on the
 graphs with and without a loop, and with each gate; and, first, both scored as the
@@ -37,25 +41,44 @@ def interval(values: list[float]) -> str:
     return f"{mean:+.3f} [{lo:+.3f}, {hi:+.3f}] ({len(values)} graphs)"
 
 
-def main(ranker_json: str, rule_json: str) -> None:
+def gate(agree: dict[str, float], gain: dict[str, float], source: dict[str, str],
+         label: str) -> list[float]:
+    """ranker − rule where `agree` ≥ g, 0 (the rule) elsewhere; each source's g chosen as
+    the level best on the other sources."""
+    def kept(level: float, among: list[str]) -> list[float]:
+        return [gain[n] if agree[n] >= level else 0.0 for n in among]
+
+    chosen = []
+    for s in sorted(set(source.values())):
+        others = [n for n in gain if source[n] != s]
+        g = max(LEVELS, key=lambda level: np.mean(kept(level, others)))
+        chosen += kept(g, [n for n in gain if source[n] == s])
+        print(f"  {label} for {s}: g = {g:+.1f} (chosen on the other sources)")
+    return chosen
+
+
+def standardized(pred: list[float]) -> np.ndarray:
+    p = np.asarray(pred, dtype=np.float64)
+    return (p - p.mean()) / (p.std() or 1.0)
+
+
+def main(ranker_json: str, rule_json: str, seeds: list[str]) -> None:
     ranker = json.loads(Path(ranker_json).read_text())
     rule = json.loads(Path(rule_json).read_text())["graphs"]
+    others = [json.loads(Path(f).read_text())["graphs"] for f in seeds]
     files = {f.stem: f for folder in ranker["data"].values()
              for f in Path(folder).glob("*/*.npz")}
     graphs = ranker["graphs"]
-    names = [n for n in graphs if n in rule
+    names = [n for n in graphs if n in rule and all(n in o for o in others)
              and not np.isnan(graphs[n]["kendall_tau"]) and not np.isnan(rule[n]["kendall_tau"])]
     gain = {n: graphs[n]["kendall_tau"] - rule[n]["kendall_tau"] for n in names}
     source = {n: graphs[n]["source"] for n in names}
     loop = {n: bool((np.load(files[n])["node_opcode"] == WHILE).any()) for n in names}
+    runtime = {n: np.load(files[n])["config_runtime"] for n in names}
     # a rule that ties every config says nothing to agree with: τ is NaN there, taken as 0
     agree = {n: float(np.nan_to_num(kendall_tau(graphs[n]["pred"], rule[n]["pred"])))
              for n in names}
 
-    def gated(g: float, among: list[str]) -> list[float]:
-        return [gain[n] if agree[n] >= g else 0.0 for n in among]
-
-    runtime = {n: np.load(files[n])["config_runtime"] for n in names}
     ranked = [kendall_tau_ranked(graphs[n]["pred"], runtime[n])
               - kendall_tau_ranked(rule[n]["pred"], runtime[n]) for n in names]
     print(f"ranker − rule, no gate:          {interval([gain[n] for n in names])}")
@@ -68,18 +91,32 @@ def main(ranker_json: str, rule_json: str) -> None:
     print(f"  on graphs without:             {interval([gain[n] for n in names if not loop[n]])}")
     kept = [0.0 if loop[n] else gain[n] for n in names]
     print(f"loop gate:                       {interval(kept)}")
-    chosen = []
-    for s in sorted(set(source.values())):
-        others = [n for n in names if source[n] != s]
-        g = max(LEVELS, key=lambda level: np.mean(gated(level, others)))
-        chosen += gated(g, [n for n in names if source[n] == s])
-        print(f"  agreement gate for {s}: g = {g:+.1f} (chosen on the other sources)")
+    chosen = gate(agree, gain, source, "agreement gate")
     print(f"agreement gate:                  {interval(chosen)}")
     r = np.corrcoef([agree[n] for n in names], [gain[n] for n in names])[0, 1]
     print(f"correlation of agreement and ranker − rule: {r:+.3f}")
+    if not others:
+        return
+    runs = [graphs, *others]
+    mean_gain = {n: np.mean([o[n]["kendall_tau"] for o in runs]) - rule[n]["kendall_tau"]
+                 for n in names}
+    print(f"{len(runs)} seeds, their mean τ − rule: {interval(list(mean_gain.values()))}")
+    for s in sorted(set(source.values())):
+        print(f"    {s}: {interval([mean_gain[n] for n in names if source[n] == s])}")
+    ensemble = {n: kendall_tau(np.mean([standardized(o[n]["pred"]) for o in runs], axis=0),
+                               runtime[n]) - rule[n]["kendall_tau"] for n in names}
+    print(f"ensemble of the seeds − rule:    {interval(list(ensemble.values()))}")
+    for s in sorted(set(source.values())):
+        print(f"    {s}: {interval([ensemble[n] for n in names if source[n] == s])}")
+    alike = {n: float(np.nan_to_num(kendall_tau(graphs[n]["pred"], others[0][n]["pred"])))
+             for n in names}
+    chosen = gate(alike, mean_gain, source, "disagreement gate")
+    print(f"disagreement gate:               {interval(chosen)}")
+    r = np.corrcoef([alike[n] for n in names], [mean_gain[n] for n in names])[0, 1]
+    print(f"correlation of seed agreement and ranker − rule: {r:+.3f}")
 
 
 if __name__ == "__main__":
-    if len(sys.argv) != 3:
+    if len(sys.argv) < 3:
         sys.exit(__doc__)
-    main(sys.argv[1], sys.argv[2])
+    main(sys.argv[1], sys.argv[2], sys.argv[3:])
