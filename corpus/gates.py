@@ -1,4 +1,4 @@
-"""Two ways to fall back to a rule on the graphs where a learned correction might invert
+"""Ways to fall back to a rule on the graphs where a learned correction might invert
 it, tried offline on a leave-source-out result (docs/results.md, "Source by source").
 
     python corpus/gates.py RANKER_JSON RULE_JSON [RANKER_JSON_OF_ANOTHER_SEED ...]

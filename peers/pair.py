@@ -25,7 +25,7 @@ from graphcost.stats import bootstrap_ci, kendall_tau
 
 
 def side_taus(pattern: str, runtime: dict[str, np.ndarray]) -> tuple[dict[str, float], int]:
-    """{graph: mean τ over the files} and how many files (seeds) `pattern` matched."""
+    """{graph: mean τ over the seeds} and how many seeds the files of `pattern` hold."""
     files = sorted(glob.glob(pattern))
     taus: dict[str, list[float]] = defaultdict(list)
     seeds = defaultdict(set)
