@@ -1,7 +1,7 @@
 """Training speed and peak memory of graphcost's ranker and the two winners, on one fold,
 interleaved on one core.
 
-    python peers/speed.py FOLD_DIR [--search default] [--epochs 2 6] [--rounds 3] [--core 1]
+    python peers/speed.py FOLD_DIR [--search default] [--epochs 2 5] [--rounds 3] [--core 1]
                           [--sides graphcost "1st place" "2nd place"] [--json FILE]
 
 Each side trains on the fold's training graphs as a whole command, twice: for a few
@@ -69,7 +69,7 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("fold", type=Path)
     parser.add_argument("--search", default="default", choices=["default", "random"])
-    parser.add_argument("--epochs", type=int, nargs=2, default=[2, 6])
+    parser.add_argument("--epochs", type=int, nargs=2, default=[2, 5])
     parser.add_argument("--rounds", type=int, default=3)
     parser.add_argument("--core", type=int, default=1)
     parser.add_argument("--sides", nargs="+", default=list(CONFIGS_PER_STEP),
