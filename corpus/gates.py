@@ -57,6 +57,18 @@ def gate(agree: dict[str, float], gain: dict[str, float], source: dict[str, str]
     return chosen
 
 
+def by_source(values: dict[str, float], source: dict[str, str]) -> dict[str, str]:
+    """Each source's interval over its graphs' `values`."""
+    return {s: interval([v for n, v in values.items() if source[n] == s])
+            for s in sorted(set(source.values()))}
+
+
+def agreement(a: list[float], b: list[float]) -> float:
+    """Kendall τ between two models' scores of one graph; a model that ties every config
+    says nothing to agree with: τ is NaN there, taken as 0."""
+    return float(np.nan_to_num(kendall_tau(a, b)))
+
+
 def standardized(pred: list[float]) -> np.ndarray:
     p = np.asarray(pred, dtype=np.float64)
     return (p - p.mean()) / (p.std() or 1.0)
@@ -73,20 +85,20 @@ def main(ranker_json: str, rule_json: str, seeds: list[str]) -> None:
              and not np.isnan(graphs[n]["kendall_tau"]) and not np.isnan(rule[n]["kendall_tau"])]
     gain = {n: graphs[n]["kendall_tau"] - rule[n]["kendall_tau"] for n in names}
     source = {n: graphs[n]["source"] for n in names}
-    loop = {n: bool((np.load(files[n])["node_opcode"] == WHILE).any()) for n in names}
-    runtime = {n: np.load(files[n])["config_runtime"] for n in names}
-    # a rule that ties every config says nothing to agree with: τ is NaN there, taken as 0
-    agree = {n: float(np.nan_to_num(kendall_tau(graphs[n]["pred"], rule[n]["pred"])))
-             for n in names}
+    loop, runtime = {}, {}
+    for n in names:
+        with np.load(files[n]) as arrays:
+            loop[n] = bool((arrays["node_opcode"] == WHILE).any())
+            runtime[n] = arrays["config_runtime"]
+    agree = {n: agreement(graphs[n]["pred"], rule[n]["pred"]) for n in names}
 
-    ranked = [kendall_tau_ranked(graphs[n]["pred"], runtime[n])
-              - kendall_tau_ranked(rule[n]["pred"], runtime[n]) for n in names]
-    print(f"ranker − rule, no gate:          {interval([gain[n] for n in names])}")
-    print(f"  as rankings, ties at random:   {interval(ranked)}")
-    for s in sorted(set(source.values())):
-        mine = [i for i, n in enumerate(names) if source[n] == s]
-        print(f"    {s}: {interval([gain[names[i]] for i in mine])}, "
-              f"as rankings {interval([ranked[i] for i in mine])}")
+    ranked = {n: kendall_tau_ranked(graphs[n]["pred"], runtime[n])
+              - kendall_tau_ranked(rule[n]["pred"], runtime[n]) for n in names}
+    print(f"ranker − rule, no gate:          {interval(list(gain.values()))}")
+    print(f"  as rankings, ties at random:   {interval(list(ranked.values()))}")
+    ranked_by_source = by_source(ranked, source)
+    for s, text in by_source(gain, source).items():
+        print(f"    {s}: {text}, as rankings {ranked_by_source[s]}")
     print(f"  on graphs with a while loop:   {interval([gain[n] for n in names if loop[n]])}")
     print(f"  on graphs without:             {interval([gain[n] for n in names if not loop[n]])}")
     kept = [0.0 if loop[n] else gain[n] for n in names]
@@ -101,15 +113,14 @@ def main(ranker_json: str, rule_json: str, seeds: list[str]) -> None:
     mean_gain = {n: np.mean([o[n]["kendall_tau"] for o in runs]) - rule[n]["kendall_tau"]
                  for n in names}
     print(f"{len(runs)} seeds, their mean τ − rule: {interval(list(mean_gain.values()))}")
-    for s in sorted(set(source.values())):
-        print(f"    {s}: {interval([mean_gain[n] for n in names if source[n] == s])}")
+    for s, text in by_source(mean_gain, source).items():
+        print(f"    {s}: {text}")
     ensemble = {n: kendall_tau(np.mean([standardized(o[n]["pred"]) for o in runs], axis=0),
                                runtime[n]) - rule[n]["kendall_tau"] for n in names}
     print(f"ensemble of the seeds − rule:    {interval(list(ensemble.values()))}")
-    for s in sorted(set(source.values())):
-        print(f"    {s}: {interval([ensemble[n] for n in names if source[n] == s])}")
-    alike = {n: float(np.nan_to_num(kendall_tau(graphs[n]["pred"], others[0][n]["pred"])))
-             for n in names}
+    for s, text in by_source(ensemble, source).items():
+        print(f"    {s}: {text}")
+    alike = {n: agreement(graphs[n]["pred"], others[0][n]["pred"]) for n in names}
     chosen = gate(alike, mean_gain, source, "disagreement gate")
     print(f"disagreement gate:               {interval(chosen)}")
     r = np.corrcoef([alike[n] for n in names], [mean_gain[n] for n in names])[0, 1]

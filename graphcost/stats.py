@@ -62,9 +62,11 @@ def kendall_tau_ranked(pred: np.ndarray, runtime: np.ndarray) -> float:
     τ_b·sqrt((n0 − n1)/n0). Equal to τ-b where pred has no ties; a rule that ties many
     configs is judged here as it would be used."""
     tau = kendall_tau(pred, runtime)
-    n = np.asarray(pred).size
-    n0 = n * (n - 1) // 2
-    return tau if np.isnan(tau) else tau * math.sqrt((n0 - _pair_counts(np.asarray(pred))) / n0)
+    if np.isnan(tau):
+        return tau
+    pred, _ = _check(pred, runtime)
+    n0 = pred.size * (pred.size - 1) // 2
+    return tau * math.sqrt((n0 - _pair_counts(pred)) / n0)
 
 
 def opa(pred: np.ndarray, runtime: np.ndarray) -> float:

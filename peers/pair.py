@@ -31,10 +31,11 @@ def side_taus(pattern: str, runtime: dict[str, np.ndarray]) -> tuple[dict[str, f
     seeds = defaultdict(set)
     for f in files:
         result = json.loads(Path(f).read_text())
-        seed = result.get("seed", f) if "graphs" in result else f.split("/fold")[0]
-        if "graphs" in result:
+        if "graphs" in result:  # a crossval result
+            seed = result["seed"]
             scored = {n: g["kendall_tau"] for n, g in result["graphs"].items()}
-        else:
+        else:  # a winner's scores: one seed's folds share the path up to foldN
+            seed = f.split("/fold")[0]
             scored = {Path(n).stem: kendall_tau(np.asarray(s), runtime[Path(n).stem])
                       for n, s in result.items()}
         for name, tau in scored.items():

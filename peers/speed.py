@@ -112,8 +112,7 @@ def main() -> None:
     mine = rows[sides[0]]
     print(f"{train_graphs} training graphs, layout:cpu:{args.search}, core {args.core}")
     for side, row in rows.items():
-        ratio = row["s_per_epoch"] / (mine["s_per_epoch"] * row["configs_per_epoch"]
-                                      / mine["configs_per_epoch"])
+        ratio = mine["train_configs_per_s"] / row["train_configs_per_s"]
         print(f"  {side:10s} {row['s_per_epoch']:6.2f} s/epoch "
               f"(rounds {', '.join(f'{x:.2f}' for x in row['per_epoch_rounds'])}), "
               f"{row['train_configs_per_s']:6.0f} configs/s, ×{ratio:.2f} the first side's time "
