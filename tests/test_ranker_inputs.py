@@ -103,7 +103,8 @@ def test_early_tile_join_lets_message_passing_see_the_config():
     for join in ("late", "early"):
         m = _tile_ranker(join, gs)
         out: list = []
-        hook = m.net.convs[-1].register_forward_hook(lambda _m, _i, o, out=out: out.append(o))
+        # the last layer's input, after the layers before it passed messages
+        hook = m.net.norms[-1].register_forward_hook(lambda _m, i, _o, out=out: out.append(i[0]))
         tensors = [m.prepare(g) for g in gs]
         ids = [np.arange(5), np.arange(2, 7), np.arange(4)]  # the last one padded
         with torch.no_grad():
@@ -119,6 +120,6 @@ def test_early_tile_join_lets_message_passing_see_the_config():
         torch.testing.assert_close(m.net.config_scorer(g)(g.configs(np.arange(12))), own,
                                    atol=1e-5, rtol=1e-5)
     assert seen["late"].dim() == 2  # (N, d): one GNN pass for every config
-    node_states = seen["early"]  # (C, N, d): a GNN state per config
-    assert node_states.dim() == 3 and node_states.shape[0] == 5
-    assert not torch.allclose(node_states[0], node_states[1])
+    node_states = seen["early"]  # (N, C, d): a GNN state per config, node-major
+    assert node_states.dim() == 3 and node_states.shape[1] == 5
+    assert not torch.allclose(node_states[:, 0], node_states[:, 1])

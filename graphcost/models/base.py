@@ -160,9 +160,11 @@ def _graph_ids(n: int, own: int | None, b: int, num_graphs: int) -> Tensor:
     return ids
 
 
-def pool_own(reduce: str, h: Tensor, index: Tensor, num_graphs: int) -> Tensor:
-    """PyG pooling along dim −2 that skips halo nodes (index `num_graphs`, see collate)."""
-    return scatter(h, index, dim=-2, dim_size=num_graphs + 1, reduce=reduce)[..., :num_graphs, :]
+def pool_own(reduce: str, h: Tensor, index: Tensor, num_graphs: int, dim: int = -2) -> Tensor:
+    """PyG pooling along the node axis `dim` (−2: (..., N, d); 0: node-major (N, ..., d))
+    that skips halo nodes (index `num_graphs`, see collate)."""
+    out = scatter(h, index, dim=dim, dim_size=num_graphs + 1, reduce=reduce)
+    return out.narrow(dim, 0, num_graphs)
 
 
 def collate(items: list[tuple[GraphTensors, np.ndarray]], with_runtime: bool = False) -> Batch:

@@ -116,8 +116,10 @@ def state_configs(state_bytes: int, nodes: int, width: int) -> int:
 
 
 def propagate(a: Tensor, x: Tensor) -> Tensor:
-    """a (N, N) CSR times node-major x (N, ...): every trailing axis in one product."""
-    return (a @ x.reshape(x.shape[0], -1)).reshape(x.shape)
+    """a (N, N) CSR times node-major x (N, ...): every trailing axis in one product, in
+    a's precision (autocast left out of the sparse product)."""
+    with torch.autocast(x.device.type, enabled=False):
+        return (a @ x.reshape(x.shape[0], -1).to(a.dtype)).reshape(x.shape).to(x.dtype)
 
 
 def row_codes(rows: Tensor) -> Tensor:

