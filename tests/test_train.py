@@ -86,6 +86,20 @@ def test_killed_and_resumed_run_matches_an_uninterrupted_one(tmp_path):
     np.testing.assert_allclose(score_graph(best, valid[0]), score_graph(full, valid[0]), atol=1e-6)
 
 
+def test_each_epoch_records_how_many_configs_validation_scored_and_how_long_it_took():
+    from graphcost.train.loop import validation_items
+
+    train_graphs, valid = layout_split(0, 4, "tr"), layout_split(1, 2, "va")
+    s = TrainSettings(epochs=2, steps_per_epoch=2, graphs_per_batch=2, configs_per_graph=8,
+                      progress=False, valid_configs=10)
+    m = Model("ranker", "layout", hidden=16)
+    history = fit(m, train_graphs, valid, s)["history"]
+    scored = sum(len(ids) for _, ids in validation_items(m, valid, s))
+    assert 0 < scored <= 2 * 10
+    for row in history:
+        assert row["valid_configs"] == scored and row["valid_seconds"] > 0
+
+
 def test_learning_rate_warms_up_then_decays():
     s = TrainSettings(warmup_steps=10, min_lr_ratio=0.1)
     f = [lr_factor(i, s, 100) for i in range(100)]
