@@ -159,3 +159,23 @@ def test_local_path_when_a_region_holds_every_node():
         want = engine.batched(local)
     assert covered.max() == engine.n  # the case this test is for
     close(want, got)
+
+
+def test_a_graph_within_one_reference_set_is_embedded_once(monkeypatch):
+    """score_configs reuses the reference set's embeddings for the same configs."""
+    import graphcost.models.ranker as ranker
+
+    embedded = []
+
+    class Counting(LayoutEngine):
+        def __call__(self, configs):
+            embedded.append(configs.shape[0])
+            return super().__call__(configs)
+
+    m, gt, _ = build("ranker", "layout", 200, 20)  # 20 configs ≤ ref_configs (32)
+    with torch.no_grad():
+        fresh = m.net.config_scorer(gt)(gt.configs(np.arange(20)))  # queries embedded anew
+        monkeypatch.setattr(ranker, "LayoutEngine", Counting)
+        reused = m.net.score_configs(gt, np.arange(20))
+    assert sum(embedded) == 20  # the reference set's 20, not 20 more for the queries
+    close(reused, fresh)

@@ -417,7 +417,9 @@ class Ranker(RankingNet):
     def score_configs(self, g: GraphTensors, ids: np.ndarray, chunk_size: int = 1024,
                       fast: bool = True) -> Tensor:
         """Scores of configs `ids` of one graph against the fixed reference set; `fast`
-        embeds them on the exact fast path where the graph has one."""
+        embeds them on the exact fast path where the graph has one. A chunk of
+        reference configs reuses their embeddings (a graph of at most `ref_configs`
+        configs, as the bundled ones, is embedded once, not twice)."""
         ids = np.asarray(ids, dtype=np.int64)
         dev = self.device
         segments = split_segments(g, self.s.segment_size, self.segment_halo)  # g unless GST
@@ -444,8 +446,11 @@ class Ranker(RankingNet):
             same = [(own == rid[None, :]).unsqueeze(0) for rid in rids]
             configs = None if self.prior is None else g.configs(chunk)  # read once for both
             prior = 0 if configs is None else self.prior.scores(g, configs).cpu()
-            out.append(self._corrected(self._head_against(embed(chunk, configs), states, same),
-                                       prior))
+            at = np.searchsorted(union, chunk)
+            known = emb is not None and bool((at < union.size).all()) and bool(
+                (union[np.minimum(at, union.size - 1)] == chunk).all())
+            h = emb[:, at] if known else embed(chunk, configs)  # a reference's own, or anew
+            out.append(self._corrected(self._head_against(h, states, same), prior))
         return torch.cat(out) if out else torch.zeros(0)
 
     def config_scorer(self, g: GraphTensors, chunk_size: int = 1024,
