@@ -8,9 +8,14 @@ Each side trains on the fold's training graphs as a whole command, twice: for a 
 epochs and for more. The cost of one epoch is the difference of the two wall times over
 the difference of the epochs, so start-up, data loading and the final prediction, paid
 once by both, cancel. An epoch is one pass over the training graphs in each side's own
-recipe (graphcost: every config of a graph per step, validation each epoch; 1st place:
-every config, no evaluation inside the run, as their own script evaluates every 2,000
-steps; 2nd place: 10 configs a graph per step, so 32 iterations for 128 graphs).
+recipe, with no evaluation inside the run (graphcost: every config of a graph per step,
+given the training split alone, so it validates nothing; 1st place: every config, as their
+own script evaluates every 2,000 steps; 2nd place: 10 configs a graph per step, so 32
+iterations for 128 graphs, and it validates nothing at this budget). With `--validate`
+graphcost validates after each epoch and the 1st place evaluates after each epoch, as
+each does in its recipe, and prediction speed is read from both: configs scored a second
+on the fold's early-stopping graphs (graphcost's `valid_configs / valid_seconds` in
+metrics.jsonl; the 1st place's `eval_runtime` on every config of those graphs).
 Rounds rotate the order of the sides. Peak memory is the largest summed proportional set
 size of a command's whole process tree (the 2nd place's loader runs two worker
 processes), sampled every 50 ms. Run with graphcost's `.venv`; the winners' environment is $PEERS
@@ -22,12 +27,14 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import re
 import statistics
 import subprocess
 import tempfile
 import time
 from pathlib import Path
 
+import numpy as np
 import psutil
 
 HERE = Path(__file__).resolve().parent
@@ -50,19 +57,45 @@ def tree_peak(proc: subprocess.Popen) -> int:
     return peak
 
 
+def train_only(fold: Path, search: str, tmp: Path) -> Path:
+    """A collection holding the fold's training split alone (a link to it)."""
+    data = tmp / "train-only/npz/layout/xla" / search
+    data.mkdir(parents=True, exist_ok=True)
+    (data / "train").symlink_to(fold / "npz_all/npz/layout/xla" / search / "train")
+    return data
+
+
 def command(side: str, fold: Path, search: str, epochs: int, out: Path, core: int,
-            train_graphs: int) -> tuple[list[str], dict]:
+            train_graphs: int, data: Path, validate: bool) -> tuple[list[str], dict]:
+    """The side's training command on the fold; graphcost trains on collection `data`."""
     env = {**os.environ, "SEARCH": search, "CORE": str(core)}
     if side == "graphcost":
-        data = fold / "npz_all/npz/layout/xla" / search
         return (["taskset", "-c", str(core), str(GRAPHCOST), "train", str(data), "--out", str(out),
                  "--epochs", str(epochs)], env)
     if side == "1st place":
-        env["FIRST_ARGS"] = ("--evaluation_strategy=no --save_strategy=no "
-                             "--load_best_model_at_end=false")
+        if not validate:
+            env["FIRST_ARGS"] = ("--evaluation_strategy=no --save_strategy=no "
+                                 "--load_best_model_at_end=false")
         return [str(HERE / "first_fold.sh"), str(fold), str(out), str(epochs)], env
     iterations = epochs * -(-train_graphs // 4)  # their batch: 4 graphs
     return [str(HERE / "second_fold.sh"), str(fold), str(out), str(iterations)], env
+
+
+def prediction_speed(side: str, out: Path, valid_configs: int) -> list[float]:
+    """Configs scored a second in each evaluation of a `--validate` run (none for the 2nd
+    place, which validates every 2,000 iterations)."""
+    if side == "graphcost":
+        rows = [json.loads(line) for line in (out / "metrics.jsonl").read_text().splitlines()]
+        return [r["valid_configs"] / r["valid_seconds"] for r in rows]
+    if side == "1st place":
+        runtimes = re.findall(r"'eval_runtime': ([0-9.]+)", Path(f"{out}.log").read_text())
+        return [valid_configs / float(t) for t in runtimes]
+    return []
+
+
+def split_configs(split: Path) -> int:
+    """Configs in a split's graphs."""
+    return sum(int(np.load(f)["config_runtime"].size) for f in split.glob("*.npz"))
 
 
 def main() -> None:
@@ -74,6 +107,8 @@ def main() -> None:
     parser.add_argument("--core", type=int, default=1)
     parser.add_argument("--sides", nargs="+", default=list(CONFIGS_PER_STEP),
                         choices=list(CONFIGS_PER_STEP), help="graphcost alone needs no $PEERS")
+    parser.add_argument("--validate", action="store_true",
+                        help="graphcost validates after each epoch, as its recipe does")
     parser.add_argument("--json", type=Path)
     args = parser.parse_args()
     train = args.fold / "npz_all/npz/layout/xla" / args.search / "train"
@@ -82,14 +117,18 @@ def main() -> None:
         parser.error(f"{train}: no training graphs (make the fold with peers/make_fold.py)")
     sides = args.sides
     wall = {s: {e: [] for e in args.epochs} for s in sides}
+    predict = {s: [] for s in sides}
+    valid_configs = split_configs(train.parent / "valid")
     peak = {s: 0 for s in sides}
     with tempfile.TemporaryDirectory() as tmp:
+        data = (args.fold / "npz_all/npz/layout/xla" / args.search if args.validate
+                else train_only(args.fold, args.search, Path(tmp)))
         for r in range(args.rounds):
             for side in sides[r % len(sides):] + sides[:r % len(sides)]:
                 for epochs in args.epochs:
                     out = Path(tmp) / f"{side[:3]}-{r}-{epochs}"
                     cmd, env = command(side, args.fold, args.search, epochs, out, args.core,
-                                       train_graphs)
+                                       train_graphs, data, args.validate)
                     start = time.perf_counter()
                     with open(f"{out}.log", "w") as log:
                         proc = subprocess.Popen(cmd, env=env, stdout=log, stderr=subprocess.STDOUT)
@@ -99,6 +138,8 @@ def main() -> None:
                         tail = Path(f"{out}.log").read_text().splitlines()[-15:]
                         raise SystemExit("\n".join([f"{side} failed ({proc.returncode}):", *tail]))
                     wall[side][epochs].append(seconds)
+                    if args.validate:
+                        predict[side] += prediction_speed(side, out, valid_configs)
                     print(f"round {r + 1}: {side}, {epochs} epochs, {seconds:.1f} s", flush=True)
     lo, hi = args.epochs
     rows = {}
@@ -109,6 +150,8 @@ def main() -> None:
         rows[side] = {"s_per_epoch": statistics.median(per_epoch), "per_epoch_rounds": per_epoch,
                       "configs_per_epoch": configs, "peak_pss_gb": peak[side] / 1e9}
         rows[side]["train_configs_per_s"] = configs / rows[side]["s_per_epoch"]
+        if predict[side]:
+            rows[side]["predict_configs_per_s"] = statistics.median(predict[side])
     mine = rows[sides[0]]
     print(f"{train_graphs} training graphs, layout:cpu:{args.search}, core {args.core}")
     for side, row in rows.items():
@@ -116,10 +159,13 @@ def main() -> None:
         print(f"  {side:10s} {row['s_per_epoch']:6.2f} s/epoch "
               f"(rounds {', '.join(f'{x:.2f}' for x in row['per_epoch_rounds'])}), "
               f"{row['train_configs_per_s']:6.0f} configs/s, ×{ratio:.2f} the first side's time "
-              f"per config, peak {row['peak_pss_gb']:.2f} GB")
+              f"per config, peak {row['peak_pss_gb']:.2f} GB"
+              + (f", predicts {row['predict_configs_per_s']:.0f} configs/s"
+                 if "predict_configs_per_s" in row else ""))
     if args.json:
         args.json.write_text(json.dumps({"train_graphs": train_graphs, "search": args.search,
-                                         "epochs": args.epochs, "sides": rows}, indent=1))
+                                         "epochs": args.epochs, "validate": args.validate,
+                                         "sides": rows}, indent=1))
 
 
 if __name__ == "__main__":
