@@ -123,3 +123,27 @@ def test_early_tile_join_lets_message_passing_see_the_config():
     node_states = seen["early"]  # (N, C, d): a GNN state per config, node-major
     assert node_states.dim() == 3 and node_states.shape[1] == 5
     assert not torch.allclose(node_states[:, 0], node_states[:, 1])
+
+
+def test_layout_gnn_dropout_draws_one_mask_per_node_shared_by_its_configs():
+    from graphcost.data.synthetic import make_layout_graph, make_tile_graph
+    from graphcost.models import Model
+
+    rng = np.random.default_rng(0)
+    layout = Model("ranker", "layout", hidden=16, opcode_dim=8, heads=2)
+    layout.build(layout.fit_transform([make_layout_graph(rng, name="l")]))
+    layout.net.train()
+    torch.manual_seed(0)
+    u = torch.rand(50, 6, 16) + 1  # (N, C, d), no zeros of its own
+    out = layout.net.node_dropout(u)
+    dropped = out == 0
+    assert dropped.any() and not dropped.all()
+    assert (dropped == dropped[:, :1]).all()  # the same entries dropped in every config
+    kept = ~dropped
+    torch.testing.assert_close(out[kept], u[kept] / 0.9)  # scaled by 1 / (1 − p)
+    layout.net.eval()
+    assert torch.equal(layout.net.node_dropout(u), u)
+    tile = _tile_ranker("early", [make_tile_graph(rng, num_nodes=20, num_configs=4)])
+    tile.net.train()  # tile keeps a mask per element
+    dropped = tile.net.node_dropout(u) == 0
+    assert not (dropped == dropped[:, :1]).all()
