@@ -155,11 +155,17 @@ def main() -> None:
     mine = rows[sides[0]]
     print(f"{train_graphs} training graphs, layout:cpu:{args.search}, core {args.core}")
     for side, row in rows.items():
+        # the first side's configs/s over this side's, of medians and round by round (the
+        # sides of a round ran back to back, so a busier round slows both)
         ratio = mine["train_configs_per_s"] / row["train_configs_per_s"]
+        row["ratio_rounds"] = [(mine["configs_per_epoch"] / a) / (row["configs_per_epoch"] / b)
+                               for a, b in zip(mine["per_epoch_rounds"], row["per_epoch_rounds"],
+                                               strict=True)]
         print(f"  {side:10s} {row['s_per_epoch']:6.2f} s/epoch "
               f"(rounds {', '.join(f'{x:.2f}' for x in row['per_epoch_rounds'])}), "
               f"{row['train_configs_per_s']:6.0f} configs/s, ×{ratio:.2f} the first side's time "
-              f"per config, peak {row['peak_pss_gb']:.2f} GB"
+              f"per config (rounds {', '.join(f'{x:.2f}' for x in row['ratio_rounds'])}), "
+              f"peak {row['peak_pss_gb']:.2f} GB"
               + (f", predicts {row['predict_configs_per_s']:.0f} configs/s"
                  if "predict_configs_per_s" in row else ""))
     if args.json:
