@@ -3,8 +3,9 @@ configs, and the network base class.
 
 Batching never copies a graph's structure per config. Node tensors of the B graphs are
 concatenated once (PyG style, with a `node_graph` vector); where a network needs one
-node state per config it keeps a leading config axis, (C, N, d), and PyG layers
-(which aggregate along dim −2) run all C configs over the one shared `edge_index`.
+node state per config it keeps a config axis: leading, (C, N, d), for PyG layers (which
+aggregate along dim −2) to run all C configs over the one shared `edge_index`, or after
+the nodes, (N, C, d), for one sparse product per layer (the default ranker).
 """
 
 from __future__ import annotations
