@@ -6,12 +6,12 @@ Pipeline for a layout graph (the tile variant differs only where noted):
    the configurable nodes' `prune_hops`-hop neighbourhood kept (`.prune`).
 2. Node inputs: features ‖ loop depth (`loops`) ‖ opcode embedding → MLP → h⁰ (N, d).
 3. Configs joined at their nodes: at each configurable node, h⁰ += MLP([h⁰ ‖ cfg]) for
-   every config, giving a (C, N, d) state over the one shared edge_index. The 18
+   every config, giving an (N, C, d) state over the one shared edge_index. The 18
    minor-to-major entries are categorical (−1..5), so cfg is their one-hot code plus
    the log-size of the tensor dimension each entry names (`layout_features`): what
    a layout does physically is put a dimension of some size minor-most.
    Tile: configs are graph-level. By default (`tile_join='early'`) MLP(cfg) is added to
-   every node state before the GNN (a (C, N, d) state, as for layouts) and joins again
+   every node state before the GNN (an (N, C, d) state, as for layouts) and joins again
    after pooling, MLP([pool ‖ MLP(cfg)]); with 'late' the graph is encoded once (N, d)
    and the config joins after pooling only.
 4. A residual GNN stack: h ← h + GELU(SAGEConv(LayerNorm(h))), `layers` times, on a
