@@ -14,7 +14,7 @@ from graphcost.data.synthetic import make_layout_graph, make_tile_graph
 from graphcost.models import ConfigScorer, Model
 from graphcost.models.fastpath import LayoutEngine, base_config, row_codes
 from graphcost.models.official_layout import ResModelLayers
-from graphcost.models.ranker import RankerLayers
+from graphcost.models.ranker_layers import RankerLayers
 
 torch.set_num_threads(1)
 TOL = 1e-4

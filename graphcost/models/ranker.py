@@ -45,7 +45,6 @@ from dataclasses import dataclass
 from typing import Any, ClassVar
 
 import numpy as np
-import scipy.sparse as sp
 import torch
 from torch import Tensor, nn
 from torch_geometric.nn import SAGEConv, global_max_pool
@@ -66,7 +65,6 @@ from graphcost.models.base import (
 from graphcost.models.fastpath import (
     STATE_BYTES,
     LayoutEngine,
-    Rows,
     csr_tensor,
     propagate,
     row_codes,
@@ -78,7 +76,9 @@ from graphcost.models.ranker_layers import (
     LAYOUT_FEATURES,
     CrossConfigAttention,
     DirectedSAGEConv,
+    RankerLayers,
     layout_features,
+    mean_adjacency,
 )
 from graphcost.models.segments import is_segmented, split_segments
 
@@ -144,49 +144,6 @@ def reference_sets(num_configs: int, size: int, sets: int = 1) -> list[np.ndarra
         return [np.arange(num_configs)]
     return [np.sort(np.random.default_rng(i).choice(num_configs, size, replace=False))
             for i in range(sets)]
-
-
-def mean_adjacency(g: GraphTensors | Batch) -> sp.csr_matrix:
-    """A[v, u] = (edges u → v) / in-degree(v): SAGEConv's mean over `g.edge_index`."""
-    src, dst = g.edge_index.cpu().numpy()
-    indeg = np.bincount(dst, minlength=g.x.shape[0])
-    return sp.csr_matrix((1.0 / indeg[dst], (dst, src)), shape=(g.x.shape[0],) * 2)
-
-
-class RankerLayers:
-    """The layout ranker as `fastpath.LayoutLayers`: h⁰ + join at configurable nodes,
-    then h ← h + GELU(W_l·mean_{u→v} y_u + W_r·y_v) with y = LayerNorm(h)."""
-
-    uses_max = True
-
-    def __init__(self, net: Ranker, g: GraphTensors):
-        self.net, self.g = net, g
-        self.layers, self.width = net.s.layers, net.s.hidden
-        b = collate([(g, np.zeros(1, np.int64))])
-        self.h0 = net.graph_state(b)  # (N, d): computed once per graph
-
-    def adjacency(self, g: GraphTensors) -> sp.csr_matrix:
-        return mean_adjacency(g)
-
-    def start(self, r: Rows) -> Tensor:
-        h = self.h0[r.node]
-        on = r.on_config
-        k = r.k[on]
-        cfg = layout_features(r.cfg[on].unsqueeze(0), self.g.config_dims[k],
-                              self.g.config_default[k], self.g.config_bytes[k]
-                              if self.net.s.change_features else None)[0]
-        h[on] += self.net.join(torch.cat([h[on], cfg], dim=-1))
-        return h
-
-    def pre(self, layer: int, h: Tensor, r: Rows) -> Tensor:
-        return self.net.norms[layer - 1](h)
-
-    def post(self, layer: int, agg: Tensor, y: Tensor, h: Tensor, r: Rows) -> Tensor:
-        return self.net.sage_step(layer - 1, h, y, agg)
-
-    def readout(self, total: Tensor, on_config: Tensor, top: Tensor | None, nodes: int,
-                config_nodes: int) -> Tensor:
-        return self.net.pool(torch.cat([total / nodes, top, on_config / config_nodes], -1))
 
 
 class Ranker(RankingNet):

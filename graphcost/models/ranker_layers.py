@@ -1,14 +1,18 @@
 """What the default ranker is composed of, besides PyG's `SAGEConv`: its layout config
-features, a GraphSAGE with a weight per edge direction, and the transformer block
-across a graph's configs."""
+features, a GraphSAGE with a weight per edge direction, the transformer block across a
+graph's configs, its mean aggregation as a sparse matrix, and the layout ranker as the
+fast path's `LayoutLayers`."""
 
 from __future__ import annotations
 
+import numpy as np
+import scipy.sparse as sp
 import torch
 from torch import Tensor, nn
 from torch_geometric.nn import SAGEConv
 
-from graphcost.models.base import mlp
+from graphcost.models.base import Batch, GraphTensors, collate, mlp
+from graphcost.models.fastpath import Rows
 from graphcost.models.heuristics import changed_layouts
 
 LAYOUT_VALUES = 7  # a minor-to-major entry is −1 (padding / compiler default) or a dim 0..5
@@ -108,3 +112,46 @@ class CrossConfigAttention(nn.Module):
         out = w[..., :1] * v_self + w[..., 1:] @ v_ref
         h = h + self.drop(self.o(out.transpose(1, 2).flatten(2)))
         return h + self.drop(self.ff(self.norm2(h)))
+
+
+def mean_adjacency(g: GraphTensors | Batch) -> sp.csr_matrix:
+    """A[v, u] = (edges u → v) / in-degree(v): SAGEConv's mean over `g.edge_index`."""
+    src, dst = g.edge_index.cpu().numpy()
+    indeg = np.bincount(dst, minlength=g.x.shape[0])
+    return sp.csr_matrix((1.0 / indeg[dst], (dst, src)), shape=(g.x.shape[0],) * 2)
+
+
+class RankerLayers:
+    """The layout ranker as `fastpath.LayoutLayers`: h⁰ + join at configurable nodes,
+    then h ← h + GELU(W_l·mean_{u→v} y_u + W_r·y_v) with y = LayerNorm(h)."""
+
+    uses_max = True
+
+    def __init__(self, net: nn.Module, g: GraphTensors):  # net: a layout `Ranker`
+        self.net, self.g = net, g
+        self.layers, self.width = net.s.layers, net.s.hidden
+        b = collate([(g, np.zeros(1, np.int64))])
+        self.h0 = net.graph_state(b)  # (N, d): computed once per graph
+
+    def adjacency(self, g: GraphTensors) -> sp.csr_matrix:
+        return mean_adjacency(g)
+
+    def start(self, r: Rows) -> Tensor:
+        h = self.h0[r.node]
+        on = r.on_config
+        k = r.k[on]
+        cfg = layout_features(r.cfg[on].unsqueeze(0), self.g.config_dims[k],
+                              self.g.config_default[k], self.g.config_bytes[k]
+                              if self.net.s.change_features else None)[0]
+        h[on] += self.net.join(torch.cat([h[on], cfg], dim=-1))
+        return h
+
+    def pre(self, layer: int, h: Tensor, r: Rows) -> Tensor:
+        return self.net.norms[layer - 1](h)
+
+    def post(self, layer: int, agg: Tensor, y: Tensor, h: Tensor, r: Rows) -> Tensor:
+        return self.net.sage_step(layer - 1, h, y, agg)
+
+    def readout(self, total: Tensor, on_config: Tensor, top: Tensor | None, nodes: int,
+                config_nodes: int) -> Tensor:
+        return self.net.pool(torch.cat([total / nodes, top, on_config / config_nodes], -1))
