@@ -95,7 +95,11 @@ def prediction_speed(side: str, out: Path, valid_configs: int) -> list[float]:
 
 def split_configs(split: Path) -> int:
     """Configs in a split's graphs."""
-    return sum(int(np.load(f)["config_runtime"].size) for f in split.glob("*.npz"))
+    total = 0
+    for f in split.glob("*.npz"):
+        with np.load(f) as arrays:
+            total += int(arrays["config_runtime"].size)
+    return total
 
 
 def main() -> None:
@@ -108,7 +112,8 @@ def main() -> None:
     parser.add_argument("--sides", nargs="+", default=list(CONFIGS_PER_STEP),
                         choices=list(CONFIGS_PER_STEP), help="graphcost alone needs no $PEERS")
     parser.add_argument("--validate", action="store_true",
-                        help="graphcost validates after each epoch, as its recipe does")
+                        help="graphcost validates and the 1st place evaluates after each "
+                             "epoch, as their recipes do; prediction speed is read from both")
     parser.add_argument("--json", type=Path)
     args = parser.parse_args()
     train = args.fold / "npz_all/npz/layout/xla" / args.search / "train"
@@ -118,7 +123,7 @@ def main() -> None:
     sides = args.sides
     wall = {s: {e: [] for e in args.epochs} for s in sides}
     predict = {s: [] for s in sides}
-    valid_configs = split_configs(train.parent / "valid")
+    valid_configs = split_configs(train.parent / "valid") if args.validate else 0
     peak = {s: 0 for s in sides}
     with tempfile.TemporaryDirectory() as tmp:
         data = (args.fold / "npz_all/npz/layout/xla" / args.search if args.validate
