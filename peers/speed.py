@@ -2,7 +2,8 @@
 interleaved on one core.
 
     python peers/speed.py FOLD_DIR [--search default] [--epochs 2 5] [--rounds 3] [--core 1]
-                          [--sides graphcost "1st place" "2nd place"] [--json FILE]
+                          [--sides graphcost "1st place" "2nd place" "graphcost+trim"]
+                          [--trim-every N] [--json FILE]
 
 Each side trains on the fold's training graphs as a whole command, twice: for a few
 epochs and for more. The cost of one epoch is the difference of the two wall times over
@@ -39,7 +40,11 @@ import psutil
 
 HERE = Path(__file__).resolve().parent
 GRAPHCOST = HERE.parent / ".venv/bin/graphcost"
-CONFIGS_PER_STEP = {"graphcost": 24, "1st place": 24, "2nd place": 10}  # a graph's configs
+PYTHON = HERE.parent / ".venv/bin/python"
+#: a graph's configs per step; "graphcost+trim" is graphcost with glibc's malloc_trim after
+#: every --trim-every steps (peers/trim_run.py), to measure what glibc keeps
+CONFIGS_PER_STEP = {"graphcost": 24, "1st place": 24, "2nd place": 10, "graphcost+trim": 24}
+DEFAULT_SIDES = ["graphcost", "1st place", "2nd place"]
 
 
 def tree_peak(proc: subprocess.Popen) -> int:
@@ -66,11 +71,14 @@ def train_only(fold: Path, search: str, tmp: Path) -> Path:
 
 
 def command(side: str, fold: Path, search: str, epochs: int, out: Path, core: int,
-            train_graphs: int, data: Path, validate: bool) -> tuple[list[str], dict]:
+            train_graphs: int, data: Path, validate: bool,
+            trim_every: int = 1) -> tuple[list[str], dict]:
     """The side's training command on the fold; graphcost trains on collection `data`."""
     env = {**os.environ, "SEARCH": search, "CORE": str(core)}
-    if side == "graphcost":
-        return (["taskset", "-c", str(core), str(GRAPHCOST), "train", str(data), "--out", str(out),
+    if side.startswith("graphcost"):
+        cli = ([str(GRAPHCOST)] if side == "graphcost"
+               else [str(PYTHON), str(HERE / "trim_run.py"), str(trim_every)])
+        return (["taskset", "-c", str(core), *cli, "train", str(data), "--out", str(out),
                  "--epochs", str(epochs)], env)
     if side == "1st place":
         if not validate:
@@ -84,13 +92,18 @@ def command(side: str, fold: Path, search: str, epochs: int, out: Path, core: in
 def prediction_speed(side: str, out: Path, valid_configs: int) -> list[float]:
     """Configs scored a second in each evaluation of a `--validate` run (none for the 2nd
     place, which validates every 2,000 iterations)."""
-    if side == "graphcost":
+    if side.startswith("graphcost"):
         rows = [json.loads(line) for line in (out / "metrics.jsonl").read_text().splitlines()]
         return [r["valid_configs"] / r["valid_seconds"] for r in rows]
     if side == "1st place":
         runtimes = re.findall(r"'eval_runtime': ([0-9.]+)", Path(f"{out}.log").read_text())
         return [valid_configs / float(t) for t in runtimes]
     return []
+
+
+def slug(side: str) -> str:
+    """A side's name as a file name: "1st place" → "1stplace"."""
+    return re.sub(r"\W", "", side)
 
 
 def split_configs(split: Path) -> int:
@@ -109,13 +122,18 @@ def main() -> None:
     parser.add_argument("--epochs", type=int, nargs=2, default=[2, 5])
     parser.add_argument("--rounds", type=int, default=3)
     parser.add_argument("--core", type=int, default=1)
-    parser.add_argument("--sides", nargs="+", default=list(CONFIGS_PER_STEP),
-                        choices=list(CONFIGS_PER_STEP), help="graphcost alone needs no $PEERS")
+    parser.add_argument("--sides", nargs="+", default=DEFAULT_SIDES,
+                        choices=list(CONFIGS_PER_STEP),
+                        help="the graphcost sides alone need no $PEERS")
+    parser.add_argument("--trim-every", type=int, default=1,
+                        help="graphcost+trim: optimiser steps between malloc_trim calls")
     parser.add_argument("--validate", action="store_true",
                         help="graphcost validates and the 1st place evaluates after each "
                              "epoch, as their recipes do; prediction speed is read from both")
     parser.add_argument("--json", type=Path)
     args = parser.parse_args()
+    if args.trim_every < 1:
+        parser.error(f"--trim-every {args.trim_every}: give 1 or more steps between trims")
     train = args.fold / "npz_all/npz/layout/xla" / args.search / "train"
     train_graphs = len(list(train.glob("*.npz")))
     if not train_graphs:
@@ -131,9 +149,9 @@ def main() -> None:
         for r in range(args.rounds):
             for side in sides[r % len(sides):] + sides[:r % len(sides)]:
                 for epochs in args.epochs:
-                    out = Path(tmp) / f"{side[:3]}-{r}-{epochs}"
+                    out = Path(tmp) / f"{slug(side)}-{r}-{epochs}"
                     cmd, env = command(side, args.fold, args.search, epochs, out, args.core,
-                                       train_graphs, data, args.validate)
+                                       train_graphs, data, args.validate, args.trim_every)
                     start = time.perf_counter()
                     with open(f"{out}.log", "w") as log:
                         proc = subprocess.Popen(cmd, env=env, stdout=log, stderr=subprocess.STDOUT)
@@ -166,7 +184,7 @@ def main() -> None:
         row["ratio_rounds"] = [(mine["configs_per_epoch"] / a) / (row["configs_per_epoch"] / b)
                                for a, b in zip(mine["per_epoch_rounds"], row["per_epoch_rounds"],
                                                strict=True)]
-        print(f"  {side:10s} {row['s_per_epoch']:6.2f} s/epoch "
+        print(f"  {side:14s} {row['s_per_epoch']:6.2f} s/epoch "
               f"(rounds {', '.join(f'{x:.2f}' for x in row['per_epoch_rounds'])}), "
               f"{row['train_configs_per_s']:6.0f} configs/s, ×{ratio:.2f} the first side's time "
               f"per config (rounds {', '.join(f'{x:.2f}' for x in row['ratio_rounds'])}), "
