@@ -9,12 +9,13 @@ import pytest
 import torch
 from click.testing import CliRunner
 
+import graphcost.train.loop
 import graphcost.train.run
 from graphcost.cli import main
 from graphcost.data.collection import open_collection
 from graphcost.data.families import carve_families, family_folds, family_of
 from graphcost.data.synthetic import make_layout_graph, make_tile_graph
-from graphcost.eval.crossval import crossvalidate, plan_folds
+from graphcost.eval.crossval import crossvalidate, plan_folds, source_folds
 from graphcost.formats import write_graph
 from graphcost.stats import bootstrap_ci
 from graphcost.train import TrainSettings
@@ -372,6 +373,48 @@ def test_crossval_by_source_and_compare_report_every_source(tmp_path):
     r = CliRunner().invoke(main, ["compare", str(files[0]), "--ensemble", "--against",
                                   str(files[1])])
     assert r.exit_code == 0 and "    haiku (3 graphs): " in r.output, r.output
+
+
+def test_source_folds_name_the_source_of_every_graph_they_train_on(tmp_path):
+    data = {s: open_collection(write_families(tmp_path / s, families=f))
+            for s, f in SOURCES.items()}
+    for fold in source_folds(data, seed=0, valid_fraction=0.2):
+        coll = fold.collection
+        pooled = [p.stem for split in ("train", "valid") for p in coll.splits.get(split, [])]
+        assert sorted(coll.sources) == sorted(pooled)
+        assert all(family_of(n) in SOURCES[s] for n, s in coll.sources.items())
+        assert fold.held_out[0] not in coll.sources.values()
+
+
+@pytest.mark.parametrize("balance", ["graph", "source"])
+def test_balance_by_source_weighs_every_source_alike(tmp_path, monkeypatch, balance):
+    """Sources of 6, 3 and 2 graphs pooled by `train`: by graph the steps draw whole
+    passes (no weights); by source each source's graphs together weigh a third."""
+    families = {"zoo": {"mlp": 3, "cnn": 3}, "haiku": {"haiku_gpt": 3}, "eqx": {"eqx_gru": 2}}
+    args = [f"{s}={write_families(tmp_path / s, families=f)}" for s, f in families.items()]
+    given, real = [], graphcost.train.loop.epoch_order
+
+    def spy(rng, items, steps, per_step, last_batch, weights):
+        given.append(weights)
+        return real(rng, items, steps, per_step, last_batch, weights)
+
+    monkeypatch.setattr(graphcost.train.loop, "epoch_order", spy)
+    out = tmp_path / "run"
+    r = CliRunner().invoke(main, ["train", *args, "--out", str(out), "--valid-fraction", "0",
+                                  *FAST, "--set", f"balance={balance}"])
+    assert r.exit_code == 0, r.output
+    run = json.loads((out / "run.json").read_text())
+    assert run["sources"] == {"zoo": 6, "haiku": 3, "eqx": 2}
+    if balance == "graph":
+        assert given == [None]
+        return
+    # the step's items are the train files in order; each source's weights sum to 1/3
+    names = [f[:-4] for f in run["files"]["train"]]
+    source = {f: s for s, fams in families.items() for f in fams}
+    share = Counter()
+    for name, w in zip(names, given[0], strict=True):
+        share[source[family_of(name)]] += w
+    assert [share[s] for s in families] == pytest.approx([1 / 3] * 3)
 
 
 def test_crossval_by_source_refuses_what_cannot_be_held_out(tmp_path):

@@ -14,7 +14,7 @@ from graphcost.models import Model, score_graph
 from graphcost.stats import kendall_tau
 from graphcost.train import TrainSettings, fit
 from graphcost.train.optim import lr_factor
-from graphcost.train.sampling import sample_configs
+from graphcost.train.sampling import epoch_order, sample_configs, source_weights
 
 torch.set_num_threads(1)
 
@@ -177,3 +177,24 @@ def test_graphs_without_two_configs_to_rank_are_refused(mode):
     s = TrainSettings(epochs=1, progress=False, mode=mode)
     with pytest.raises(ValueError, match="two or more distinct configs"):
         fit(Model("ranker", "layout"), [g], None, s)
+
+
+def test_source_weights_give_every_source_the_same_share():
+    names = ["a.0", "a.1", "a.2", "b.0", "c.0", "c.1"]
+    w = source_weights(names, {"a.0": "zoo", "a.1": "zoo", "a.2": "zoo", "b.0": "haiku",
+                               "c.0": "eqx", "c.1": "eqx"})
+    assert w.sum() == pytest.approx(1)
+    assert [w[:3].sum(), w[3], w[4:].sum()] == pytest.approx([1 / 3] * 3)
+    assert w[0] == pytest.approx(w[2])  # equal within a source
+
+
+def test_weighted_epoch_order_draws_distinct_graphs_at_the_weights():
+    rng = np.random.default_rng(0)
+    w = np.array([0.5, 0.25, 0.125, 0.125])
+    order = epoch_order(rng, 4, 4000, 1, "keep", w)
+    assert len(order) == 4000 and all(o.size == 1 for o in order)
+    share = np.bincount(np.concatenate(order), minlength=4) / 4000
+    np.testing.assert_allclose(share, w, atol=0.03)
+    pairs = epoch_order(rng, 4, 50, 2, "fill", w)
+    assert all(o.size == 2 and o[0] != o[1] for o in pairs)  # distinct within a step
+    assert len(epoch_order(rng, 4, 3, 8, "fill", w)[0]) == 4  # a step of more than there are

@@ -30,6 +30,9 @@ class Collection:
     root: Path
     splits: dict[str, list[Path]]
     skipped: list[GraphFileError] = field(default_factory=list)
+    # graph name → source of programs, where the splits pool several collections
+    # (`eval.crossval.source_folds`); empty for one collection
+    sources: dict[str, str] = field(default_factory=dict)
 
     @property
     def kind(self) -> str:

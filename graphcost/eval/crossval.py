@@ -144,16 +144,18 @@ def source_files(sources: Mapping[str, Collection]) -> dict[str, dict[str, Path]
 
 
 def _fold(index: int, held: list[str], pool: dict[str, Path], test: list[Path],
-          like: Collection, seed: int, valid_fraction: float) -> Fold:
+          like: Collection, seed: int, valid_fraction: float,
+          sources: dict[str, str]) -> Fold:
     """A fold training on the families of `pool` (validation families carved from them,
-    seeded) and holding out `test`."""
+    seeded) and holding out `test`; `sources` names each pooled graph's source."""
     sizes = family_sizes(pool)
     valid = carve_families(sizes, valid_fraction, seed)
     train = [f for f in sizes if f not in valid]
     splits = {"train": [p for n, p in pool.items() if family_of(n) in train],
               "valid": [p for n, p in pool.items() if family_of(n) in valid], "test": test}
     return Fold(index, held, valid, train, Collection(
-        name=like.name, root=like.root, splits={s: f for s, f in splits.items() if f}))
+        name=like.name, root=like.root, splits={s: f for s, f in splits.items() if f},
+        sources={n: sources[n] for n in pool}))
 
 
 def source_folds(sources: Mapping[str, Collection], seed: int = 0,
@@ -164,9 +166,10 @@ def source_folds(sources: Mapping[str, Collection], seed: int = 0,
         raise UserError(f"holding out source by source needs at least two sources, got "
                         f"{len(sources)}: give several collections")
     files = source_files(sources)
+    source_of = {n: s for s, named in files.items() for n in named}
     return [_fold(i, [held], {n: p for s, named in files.items() if s != held
                               for n, p in named.items()},
-                  list(files[held].values()), coll, seed + i, valid_fraction)
+                  list(files[held].values()), coll, seed + i, valid_fraction, source_of)
             for i, (held, coll) in enumerate(sources.items(), 1)]
 
 
@@ -177,8 +180,9 @@ def pooled_sources(sources: Mapping[str, Collection], seed: int = 0,
     is trained on, after `source_folds` measured how such a model holds."""
     files = source_files(sources)
     pool = {n: p for named in files.values() for n, p in named.items()}
+    source_of = {n: s for s, named in files.items() for n in named}
     return _fold(0, [], pool, [], next(iter(sources.values())), seed,
-                 valid_fraction).collection
+                 valid_fraction, source_of).collection
 
 
 def scored_files(run: dict[str, Any]) -> dict[str, Path]:

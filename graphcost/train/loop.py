@@ -54,6 +54,7 @@ from graphcost.train.sampling import (
     extremes_and_middle,
     least_configs,
     sample_configs,
+    source_weights,
     steps_per_epoch,
     validation_ids,
 )
@@ -73,7 +74,8 @@ def step_strategy(s: TrainSettings) -> type[Step]:
 @distributed.in_process_group  # under torchrun: DDP across the processes
 def fit(model: Model, train_graphs: Sequence[Graph], valid_graphs: Sequence[Graph] | None = None,
         settings: TrainSettings | None = None, out_dir: str | Path | None = None,
-        resume: bool = False, record: Mapping[str, Any] | None = None) -> dict:
+        resume: bool = False, record: Mapping[str, Any] | None = None,
+        sources: Mapping[str, str] | None = None) -> dict:
     """Train `model` on graphs; returns {'history', 'best_epoch', 'best_by', 'best_value',
     'best_score', 'out_dir', 'stopped', 'early_stop', 'before_head'} and what the strategy
     reports (GST: 'table_bytes'). `early_stop` says when and why early stopping ended the
@@ -92,6 +94,9 @@ def fit(model: Model, train_graphs: Sequence[Graph], valid_graphs: Sequence[Grap
     written to `run.json` and, with a fingerprint of the graph names, into `last.pt`, so
     that resuming the run on other graphs, or with another model or other model
     settings, is refused (`check_resume`) before anything in the run folder changes.
+
+    `sources` (graph name → source of programs) is where the train graphs pool several
+    sources; with setting `balance='source'` each source is then drawn equally often.
     """
     s = settings or train_defaults(model.name)
     s.check()
@@ -138,6 +143,7 @@ def fit(model: Model, train_graphs: Sequence[Graph], valid_graphs: Sequence[Grap
     b = max(1, min(s.graphs_per_batch, len(step)))  # the global batch, split across ranks
     distributed.check_batch_split(s.graphs_per_batch, len(step), ctx.world)
     per_epoch = s.steps_per_epoch or steps_per_epoch(len(step), b, s.last_batch)
+    weights = source_weights(step.names, sources) if s.balance == "source" and sources else None
 
     def phase_optimiser(head: bool):
         """A fresh optimiser for the main phase, or the head phase (no warm-up)."""
@@ -182,7 +188,7 @@ def fit(model: Model, train_graphs: Sequence[Graph], valid_graphs: Sequence[Grap
             head = main_end is not None
             net.train()
             t0, seen_graphs, seen_configs, losses = time.perf_counter(), 0, 0, []
-            order = epoch_order(rng, len(step), per_epoch, b, s.last_batch)
+            order = epoch_order(rng, len(step), per_epoch, b, s.last_batch, weights)
             label = (f"head epoch {epoch - main_end}/{step.head_epochs}" if head
                      else f"{step.name} epoch {epoch}/{s.epochs}")  # each phase counts its own
             bar = tqdm(range(per_epoch), desc=label, disable=not (s.progress and ctx.is_main),

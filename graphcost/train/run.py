@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections import Counter
 from collections.abc import Iterator
 from contextlib import contextmanager, nullcontext
 from pathlib import Path
@@ -64,9 +65,11 @@ def train_model(data: str | Path | Collection, model: str = "ranker",
                               "model_settings": model_settings or {}}
     if given:
         record["files"] = {s: [f.name for f in files] for s, files in coll.splits.items()}
+    if coll.sources:  # several sources pooled: training may balance them (`balance`)
+        record["sources"] = dict(Counter(coll.sources.values()))
     main = is_main_process()  # under torchrun only rank 0 writes files
     with claim_run_dir(out_dir, resume, overwrite) if main else nullcontext():
-        result = fit(m, train, valid, settings, out_dir, resume, record)
+        result = fit(m, train, valid, settings, out_dir, resume, record, coll.sources)
         if main and not result["stopped"]:
             m.save(Path(out_dir) / "model.pt")
     result["collection"] = coll.name

@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+from collections import Counter
+from collections.abc import Mapping, Sequence
+
 import numpy as np
 
 from graphcost.data.dedup import dedup_configs
@@ -62,6 +65,16 @@ def validation_ids(g: GraphTensors, n: int, seed: int) -> np.ndarray:
     return np.sort(np.random.default_rng(seed).choice(g.num_configs, n, replace=False))
 
 
+def source_weights(names: Sequence[str], sources: Mapping[str, str]) -> np.ndarray:
+    """Drawing weights of train graphs `names` under which each source of programs
+    (`sources`: graph name → source) is drawn equally often, its graphs equally among
+    them."""
+    of = [sources.get(n, "") for n in names]
+    size = Counter(of)
+    w = np.array([1.0 / size[s] for s in of])
+    return w / w.sum()
+
+
 def steps_per_epoch(items: int, per_step: int, last_batch: str) -> int:
     """Steps of one pass over `items` graphs (setting last_batch: 'drop' leaves out a
     last partial step, unless that is the only one)."""
@@ -69,9 +82,14 @@ def steps_per_epoch(items: int, per_step: int, last_batch: str) -> int:
 
 
 def epoch_order(rng: np.random.Generator, items: int, steps: int, per_step: int,
-                last_batch: str = "fill") -> list[np.ndarray]:
+                last_batch: str = "fill", weights: np.ndarray | None = None) -> list[np.ndarray]:
     """Graph indices of an epoch's steps: whole shuffled passes, as many as it takes
-    ('fill'), or one pass whose last step is shorter ('keep') or left out ('drop')."""
+    ('fill'), or one pass whose last step is shorter ('keep') or left out ('drop'). With
+    `weights` (one per graph, summing to 1) there are no passes: each step draws
+    `per_step` distinct graphs with those probabilities."""
+    if weights is not None:
+        return [rng.choice(items, size=min(per_step, items), replace=False, p=weights)
+                for _ in range(steps)]
     if last_batch == "fill":
         order = np.concatenate([rng.permutation(items)
                                 for _ in range(-(-steps * per_step // items))])

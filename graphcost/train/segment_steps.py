@@ -138,6 +138,7 @@ class SegmentStep(Step):
             if ids.size >= 2:
                 self.items.append(GstItem(gt, ids, split_segments(
                     gt, model.settings.segment_size, net.segment_halo)))
+                self.names.append(g.name)
         if not self.items:
             raise UserError(NOTHING_TO_RANK)
         with torch.no_grad():

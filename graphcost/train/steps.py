@@ -55,6 +55,7 @@ class Step(ABC):
     def __init__(self, model: Model, net: nn.Module, graphs: Sequence[Graph], s: TrainSettings,
                  ctx: distributed.Context, out: Path | None):
         self.model, self.net, self.s, self.ctx = model, net, s, ctx
+        self.names: list[str] = []  # the graph of each item a step draws, by name
         self.device = ctx.device
         self.amp = self.device.type == "cuda"  # bfloat16 autocast on GPUs
         self.loss_fn = ctx.loss(RankingLoss(s.loss or model.default_loss, margin=s.margin,
@@ -118,6 +119,7 @@ class FullGraphStep(Step):
                                       np.random.default_rng((s.seed, n)))
             if ids.size >= least:
                 self.items.append((gt, ids))
+                self.names.append(g.name)
         if not self.items and least > 2:
             raise UserError(f"no train graph has {least} or more configs to rank; setting "
                             f"min_configs={s.min_configs} drops graphs with fewer (−1: fewer "
