@@ -59,7 +59,7 @@ def test_models_never_import_training_and_formats_never_import_data():
 #: layer and those below, never one above (`xla/` makes collections from programs; a
 #: model reads its option encoding from `xla.configs`, so `xla/` sits below `models/`)
 LAYERS = (
-    ("errors", "atomic", "children", "fields", "stats", "kinds", "graphcost"),
+    ("errors", "atomic", "children", "fields", "stats", "kinds", "progress", "graphcost"),
     ("formats",),
     ("data",),
     ("xla",),

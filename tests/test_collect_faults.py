@@ -177,6 +177,10 @@ def test_collect_exits_1_listing_failed_graphs_and_writes_the_rest(tmp_path):
     assert "Traceback" not in first.output
     assert FAILING in first.output and "ValueError: shapes do not fit\n" in first.output
     assert "1 graphs written, 1 failed" in first.output
+    lines = [line.split() for line in first.output.splitlines() if line.startswith("collect ")]
+    assert [line[1] for line in lines] == ["1/2", "2/2"]  # a line a graph: no bar off a tty
+    assert {line[3].rsplit(":", 1)[0] for line in lines} == {"last=options/fine.000",
+                                                              "last=options/failing.000"}
     written = list(out.rglob("fine.000.npz"))
     assert len(written) == 1 and not list(out.rglob("failing.000.npz"))
     mtime = written[0].stat().st_mtime_ns

@@ -44,15 +44,14 @@ def info(path: str | None, sample: bool) -> None:
 def validate(paths: tuple[str, ...]) -> None:
     """Check .npz files or whole collections fully; exit 1 listing every bad file. A
     valid file whose identical configs have contradicting runtimes gets a WARN line."""
-    from tqdm import tqdm
-
     from graphcost.data.inspect import expand_paths, validate_paths
+    from graphcost.progress import Progress
 
     n = len(expand_paths(paths))
     warnings: list[str] = []
-    bad = validate_paths(paths, progress=lambda it: tqdm(it, total=n, desc="validate", disable=None,
-                                                         unit="file", leave=False),
-                         warn=warnings.append)
+    bar = Progress(n, "validate", "files", lines=False, leave=False)  # its result says enough
+    bad = validate_paths(paths, progress=bar.iterate, warn=warnings.append)
+    bar.close()
     for e in bad:
         click.echo(f"BAD {e}")
     for w in warnings:

@@ -140,8 +140,7 @@ def collect(out: str, sources: tuple[str, ...], per_family: int, families: str |
 
     The bundled dataset and how it was made: graphcost/sample/README.md.
     """
-    from tqdm import tqdm
-
+    from graphcost.progress import Progress
     from graphcost.xla.collect import collect as run_collect
     from graphcost.xla.plan import collect_spec
     from graphcost.xla.timing import Protocol
@@ -156,7 +155,7 @@ def collect(out: str, sources: tuple[str, ...], per_family: int, families: str |
     bars: list = []
 
     def progress(total: int, initial: int):
-        bar = tqdm(total=total, initial=initial, unit="graph", dynamic_ncols=True)
+        bar = Progress(total, "collect", "graphs", initial=initial)  # a line a graph off a tty
         bars.append(bar)
         seen = {"samples": 0, "taus": []}
 
@@ -165,11 +164,12 @@ def collect(out: str, sources: tuple[str, ...], per_family: int, families: str |
                 seen["samples"] += summary["kept"]
                 if summary.get("noise_tau") is not None:
                     seen["taus"].append(summary["noise_tau"])
-            minutes = bar.format_dict["elapsed"] / 60
+            minutes = bar.elapsed / 60
             taus = seen["taus"]
-            bar.set_postfix(samples_per_min=round(seen["samples"] / minutes) if minutes else 0,
-                            noise_tau=round(sum(taus) / len(taus), 3) if taus else None,
-                            refresh=False)
+            task = summary["task"]
+            bar.set_postfix(last=f"{task['kind']}/{task['program']}:{summary['status']}",
+                            samples_per_min=round(seen["samples"] / minutes) if minutes else 0,
+                            noise_tau=round(sum(taus) / len(taus), 3) if taus else None)
             bar.update(1)
 
         return tick

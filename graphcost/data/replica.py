@@ -22,6 +22,7 @@ from scipy.special import ndtri
 
 from graphcost.atomic import remove_dead_writers_parts, scratch_dir
 from graphcost.errors import UserError
+from graphcost.progress import Progress
 
 SPLITS = ("train", "valid", "test")
 CONFIG_ROW_BYTES = 18 * 4  # one configurable node of one config: 18 float32 columns
@@ -157,9 +158,7 @@ def write_replica(root: str | Path, name: str, shapes: Sequence[Shape], seed: in
                   progress: bool = False) -> Path:
     """Write `shapes` of collection `name` under `root` (resumable: a graph already
     written is kept, since every write is atomic); return the collection folder.
-    `progress` shows a bar."""
-    from tqdm import tqdm
-
+    `progress` shows a bar (off a terminal, a line every 5 s)."""
     from graphcost.data.synthetic import make_large_layout_graph, make_tile_graph
     from graphcost.formats import write_graph
 
@@ -167,10 +166,8 @@ def write_replica(root: str | Path, name: str, shapes: Sequence[Shape], seed: in
     for split in SPLITS:  # what a killed run left: a memory map of up to 15 GB
         if (base / split).is_dir():
             remove_dead_writers_parts(base / split)
-    bar = tqdm(total=len(shapes), desc=f"writing {name}", unit="graph", disable=not progress,
-               mininterval=5)
-    for s in shapes:
-        bar.update()
+    bar = Progress(len(shapes), f"writing {name}", "graphs", enabled=progress, every_s=5)
+    for s in bar.iterate(shapes):
         path = base / s.split / f"{s.split}_{s.index:04d}.npz"
         if path.exists():
             continue

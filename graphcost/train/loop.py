@@ -30,7 +30,6 @@ from typing import Any
 
 import numpy as np
 import torch
-from tqdm import tqdm
 
 from graphcost.atomic import write_json, write_text
 from graphcost.data.features import FeatureTransform
@@ -39,6 +38,7 @@ from graphcost.formats import Graph
 from graphcost.models.base import GraphTensors
 from graphcost.models.checkpoint import atomic_save, load_checkpoint
 from graphcost.models.model import Model
+from graphcost.progress import Progress
 from graphcost.train import distributed
 from graphcost.train.optim import optimiser
 from graphcost.train.resume import (
@@ -175,7 +175,7 @@ def fit(model: Model, train_graphs: Sequence[Graph], valid_graphs: Sequence[Grap
                 if epoch <= s.epochs:
                     early = early_stop_reason(epoch - 1, s, best, bool(valid))
                     if s.progress and ctx.is_main:
-                        tqdm.write(early)
+                        print(early, flush=True)
                 if not step.head_epochs:
                     break
                 main_end = epoch - 1  # the head phase starts from the best weights
@@ -191,9 +191,9 @@ def fit(model: Model, train_graphs: Sequence[Graph], valid_graphs: Sequence[Grap
             order = epoch_order(rng, len(step), per_epoch, b, s.last_batch, weights)
             label = (f"head epoch {epoch - main_end}/{step.head_epochs}" if head
                      else f"{step.name} epoch {epoch}/{s.epochs}")  # each phase counts its own
-            bar = tqdm(range(per_epoch), desc=label, disable=not (s.progress and ctx.is_main),
-                       leave=False)
-            for i in bar:
+            bar = Progress(per_epoch, label, "step", enabled=s.progress and ctx.is_main,
+                           lines=False, leave=False)  # off a terminal: the epoch's line alone
+            for i in range(per_epoch):
                 loss, configs = step.loss(order[i], rng, epoch)
                 opt.zero_grad(set_to_none=True)
                 loss.backward()
@@ -206,6 +206,8 @@ def fit(model: Model, train_graphs: Sequence[Graph], valid_graphs: Sequence[Grap
                 seen_configs += configs
                 rate = seen_configs / max(time.perf_counter() - t0, 1e-9)
                 bar.set_postfix(loss=f"{losses[-1]:.4f}", cfg_s=f"{rate:.0f}")
+                bar.update()
+            bar.close()
             losses, seen_configs = ctx.all_mean(losses), ctx.all_sum(seen_configs)  # all ranks
             seconds = time.perf_counter() - t0
             row = {"epoch": epoch, "phase": "head" if head else step.name,
@@ -235,8 +237,8 @@ def fit(model: Model, train_graphs: Sequence[Graph], valid_graphs: Sequence[Grap
                              "settings": dataclasses.asdict(s), "trained_on": run_data},
                             out / "last.pt")
             if s.progress and ctx.is_main:
-                tqdm.write(" ".join(f"{k}={v:.4g}" if isinstance(v, float) else f"{k}={v}"
-                                    for k, v in row.items()))
+                print(" ".join(f"{k}={v:.4g}" if isinstance(v, float) else f"{k}={v}"
+                               for k, v in row.items()), flush=True)
             if s.stop_after_epoch and epoch >= s.stop_after_epoch:
                 stopped = True
                 break

@@ -64,7 +64,7 @@ class TrainSettings:
     device: str = "cpu"  # 'cuda' trains with bfloat16 autocast
     chunk_size: int = 1024  # configs per forward pass when predicting
     stop_after_epoch: int = 0  # > 0: stop after this epoch as if killed (to test resume)
-    progress: bool = True  # progress bars and one line per epoch
+    progress: bool = True  # a bar on a terminal, and one line per epoch
     # 'full': back-propagate through whole graphs; 'gst': Graph Segment Training
     # (graphcost.train.segment_steps), a graph encoded as the sum of its segments of the
     # model's `segment_size` nodes

@@ -167,7 +167,7 @@ def collect(spec: CollectSpec, progress: Callable[[int, int], Callable[[dict], A
     """Measure every pending graph of `spec` (up to `spec.limit`), then write the manifests.
 
     `progress(total, initial)` may return a callback called with each finished graph's
-    summary (the CLI passes one that updates a tqdm bar). OUT has one writer: while
+    summary (the CLI passes one that updates a progress bar). OUT has one writer: while
     another run holds it (`one_writer`), this one is refused before any work.
     """
     with one_writer(spec.out, "collect run"):
