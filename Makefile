@@ -15,8 +15,12 @@ setup: $(BIN)/graphcost
 demo: setup
 	$(BIN)/graphcost demo --out runs/demo
 
-test: setup
+# The report's page is checked in headless Chromium (Debian's package; apt needs root).
+browser:
+	command -v chromium >/dev/null || (apt-get update -qq && apt-get install -y -qq chromium)
+
+test: setup browser
 	$(BIN)/ruff check graphcost tests
 	GRAPHCOST_STRICT_SKIPS=1 $(BIN)/python -m pytest
 
-.PHONY: setup demo test
+.PHONY: setup browser demo test

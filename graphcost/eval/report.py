@@ -97,15 +97,34 @@ def read_run_data(run_dir: str | Path) -> str:
     return record["data"]
 
 
-def plot_learning_curves(runs: list[RunResult], path: Path, title: str) -> Path:
-    """Train loss and validation score per epoch, one line per model."""
-    fig, (ax_loss, ax_val) = plt.subplots(1, 2, figsize=(10, 3.6))
+def loss_curves(runs: list[RunResult]) -> dict[str, tuple[float, list[tuple[int, float]]]]:
+    """Each model's training loss per epoch divided by its first epoch's, with that first
+    loss: losses differ in scale by 100× or more between models (the ranker's ≈ 0.1,
+    ResModel's ≈ 28), so on one axis the smaller would draw a flat line at 0."""
+    curves = {}
     for r in runs:
-        for ax, key in ((ax_loss, "train_loss"), (ax_val, "valid_score")):
-            points = [(h["epoch"], h[key]) for h in r.history if h.get(key) is not None]
-            if points:  # a heuristic baseline has no loss, a run without validation no score
-                ax.plot(*zip(*points, strict=True), marker=".", label=r.model)
-    ax_loss.set(xlabel="epoch", ylabel="train loss", title="training loss")
+        points = [(h["epoch"], h["train_loss"]) for h in r.history
+                  if h.get("train_loss") is not None]
+        if points:  # a heuristic baseline has no loss
+            first = points[0][1]
+            scale = abs(first) or 1.0
+            curves[r.model] = (first, [(e, v / scale) for e, v in points])
+    return curves
+
+
+def plot_learning_curves(runs: list[RunResult], path: Path, title: str) -> Path:
+    """Train loss (each model's relative to its first epoch) and validation score per
+    epoch, one line per model."""
+    fig, (ax_loss, ax_val) = plt.subplots(1, 2, figsize=(10, 3.6))
+    for model, (first, points) in loss_curves(runs).items():
+        ax_loss.plot(*zip(*points, strict=True), marker=".",
+                     label=f"{model} (epoch 1: {first:.3g})")
+    for r in runs:
+        points = [(h["epoch"], h["valid_score"]) for h in r.history
+                  if h.get("valid_score") is not None]
+        if points:  # a run without validation has no score
+            ax_val.plot(*zip(*points, strict=True), marker=".", label=r.model)
+    ax_loss.set(xlabel="epoch", ylabel="train loss ÷ its epoch 1", title="training loss")
     ax_val.set(xlabel="epoch", ylabel="validation score",
                title="validation score (τ; tile: 2 − top-5 ratio)")
     chosen = [n for n in map(selection_note, runs) if n]
@@ -135,22 +154,43 @@ def selection_note(run: RunResult) -> str | None:
 
 def plot_per_graph(runs: list[RunResult], path: Path, title: str,
                    metric: str = "kendall_tau") -> Path:
-    """One bar per test graph and model, graphs sorted by the first model's value."""
-    names = sorted(runs[0].evaluation["graphs"],
-                   key=lambda n: np.nan_to_num(runs[0].evaluation["graphs"][n][metric], nan=-2))
-    x = np.arange(len(names))
-    width = 0.8 / len(runs)
-    fig, ax = plt.subplots(figsize=(max(6.0, 0.22 * len(names) * len(runs)), 3.8))
-    for k, r in enumerate(runs):
-        values = [r.evaluation["graphs"].get(n, {}).get(metric, np.nan) for n in names]
+    """Per-graph values readable at any number of graphs: each model's values sorted
+    (x: the share of graphs at or below), then the first model against each other one,
+    a point per graph (above the diagonal: the first model is better there)."""
+    first = runs[0]
+    fig, axes = plt.subplots(1, len(runs), figsize=(4.4 * len(runs), 4.0), squeeze=False)
+    ax = axes[0][0]
+    for r in runs:
+        values = _values(r, metric, list(r.evaluation["graphs"]))
+        values = np.sort(values[~np.isnan(values)])
+        share = (np.arange(len(values)) + 0.5) / max(len(values), 1)
         mean = r.evaluation["summary"][metric]["mean"]
-        ax.bar(x + k * width, values, width, label=f"{r.model} (mean {mean:.3f})")
-    ax.axhline(0, color="black", lw=0.8)
-    ax.set_xticks(x + 0.4 - width / 2, names, rotation=90, fontsize=6)
-    ax.set(ylabel=metric, title=title)
-    ax.legend()
-    ax.grid(axis="y", alpha=0.3)
+        ax.plot(share, values, marker="." if len(values) <= 60 else None,
+                label=f"{r.model} (mean {mean:.3f})")
+    ax.set(xlabel="share of graphs", ylabel=metric, title=f"{metric} per graph, sorted")
+    ax.legend(fontsize=8)
+    for ax, other in zip(axes[0][1:], runs[1:], strict=True):
+        names = [n for n in first.evaluation["graphs"] if n in other.evaluation["graphs"]]
+        x, y = _values(other, metric, names), _values(first, metric, names)
+        keep = ~(np.isnan(x) | np.isnan(y))
+        ax.scatter(x[keep], y[keep], s=12, alpha=0.6)
+        low = min([-0.05, *x[keep], *y[keep]])
+        high = max([0.05, *x[keep], *y[keep]])
+        ax.plot([low, high], [low, high], color="black", lw=0.8)
+        above, below = int(np.sum(y[keep] > x[keep])), int(np.sum(y[keep] < x[keep]))
+        ax.set(xlabel=f"{other.model}", ylabel=f"{first.model}",
+               title=f"{first.model} better on {above}, {other.model} on {below}")
+    for ax in axes[0]:
+        ax.grid(alpha=0.3)
+    fig.suptitle(title)
     return _save(fig, path)
+
+
+def _values(run: RunResult, metric: str, names: list[str]) -> np.ndarray:
+    """`metric` of the named graphs, NaN where undefined (stored as null)."""
+    graphs = run.evaluation["graphs"]
+    return np.array([np.nan if graphs[n].get(metric) is None else graphs[n][metric]
+                     for n in names], dtype=float)
 
 
 def plot_scatter(run: RunResult, path: Path, title: str) -> Path:
@@ -233,13 +273,13 @@ def write_report(runs: list[RunResult], out_dir: str | Path, title: str = "graph
         by_collection.setdefault(r.collection, []).append(r)
     parts = [f"<h1>{html.escape(title)}</h1>",
              f"<p>{html.escape(notes)}</p>" if notes else "",
-             "<h2>Held-out results</h2>", _html_table(rows)]
+             f"<h2>{html.escape(results_heading(rows))}</h2>", _html_table(rows)]
     for coll, group in by_collection.items():
         slug = coll.replace(":", "_")
         pics = [plot_learning_curves(group, out / f"{slug}_learning.png", coll),
                 plot_per_graph(group, out / f"{slug}_per_graph_tau.png",
-                               f"{coll}: Kendall τ per {group[0].evaluation.get('split', '')} "
-                               "graph")]
+                               f"{coll}: Kendall τ per graph of the "
+                               f"{group[0].evaluation.get('split', '')} split")]
         for r in group:
             if r.samples:
                 pics.append(plot_scatter(r, out / f"{slug}_{r.model}_scatter.png",
@@ -254,6 +294,18 @@ def write_report(runs: list[RunResult], out_dir: str | Path, title: str = "graph
                "text-align:right}img{max-width:100%}</style>\n" + "\n".join(parts) + "\n",
                page)  # last: a page that exists has every picture it shows
     return page
+
+
+def results_heading(rows: list[dict]) -> str:
+    """The table's heading, naming the split it scores: a validation split chose the
+    training's best epoch, so its graphs were not held out."""
+    splits = sorted({r["split"] for r in rows if r["split"]})
+    if not splits:
+        return "Results"
+    heading = f"Results on the {' and '.join(splits)} split{'s' if len(splits) > 1 else ''}"
+    if "valid" in splits:
+        heading += " (the valid split chose each model's best epoch: not held out)"
+    return heading
 
 
 def _html_table(rows: list[dict]) -> str:
