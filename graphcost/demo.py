@@ -34,13 +34,12 @@ from graphcost.eval.report import (
     write_report,
 )
 from graphcost.models.model import Model
-from graphcost.models.registry import model_names
+from graphcost.models.registry import model_names, official_baseline
 from graphcost.models.scorer import score_graph
 from graphcost.stats import MeanCI
 from graphcost.train import TrainSettings, train_model
 from graphcost.train.settings import train_defaults
 
-BASELINE = {"layout": "resgcn", "tile": "sage-early"}  # the official defaults
 # the bundled collections in the order the demo trains them; others found are added after
 PREFERRED = ("layout:cpu:random", "layout:cpu:default", "options:cpu")
 
@@ -169,7 +168,7 @@ def run_demo(out_dir: str | Path = "runs/demo", data: str | Path | None = None,
     for coll in demo_collections(root, s.quick):
         noise[coll.name] = noise_ceiling(coll)
         folder = out / "runs" / coll.name.replace(":", "_")
-        for name in ("ranker", BASELINE[coll.kind]):
+        for name in ("ranker", official_baseline(coll.kind)):
             run = folder / name
             log(f"== {coll.name}: training {name} "
                 f"({len(coll.files('train'))} train graphs) -> {run}")

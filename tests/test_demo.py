@@ -7,6 +7,7 @@ from click.testing import CliRunner
 
 from graphcost.cli import main
 from graphcost.data.synthetic import write_collection
+from graphcost.models.registry import model_names
 
 
 def test_quick_demo_writes_a_consistent_report(tmp_path):
@@ -25,7 +26,7 @@ def test_quick_demo_writes_a_consistent_report(tmp_path):
     assert models[:2] == ["ranker", "resgcn"]
     runs = tmp_path / "demo" / "runs" / "layout_mini_random"
     fitted = {m: json.loads((runs / m / "metrics.jsonl").read_text())["valid_score"]
-              for m in ("fewest-changes", "moved-bytes", "changed-bytes", "default-first")}
+              for m in model_names("layout", learned=False)}
     assert models[2:] == [max(fitted, key=fitted.get)]  # the best heuristic on validation
     page = (report / "index.html").read_text()
     for row in summary:
@@ -67,8 +68,6 @@ def test_demo_summary_of_the_stored_crossval_names_every_bundled_collection():
     from graphcost.data.collection import find_collections
     from graphcost.data.inspect import sample_root
     from graphcost.demo import crossval_summary
-    from graphcost.models.registry import model_names
-
     path = sample_root() / "crossval.json"
     stored = json.loads(path.read_text())
     text = crossval_summary(path)

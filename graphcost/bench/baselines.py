@@ -31,12 +31,10 @@ from graphcost import children
 from graphcost.bench import BenchResult
 from graphcost.errors import UserError
 
-#: bundled collection → the official baselines that run on it
-PLAN = {"layout/cpu/default": ("resgcn",), "layout/cpu/random": ("resgcn",),
-        "options/cpu": ("sage-early", "sage-late", "mlp", "resgcn-early", "resgcn-late")}
-OFFICIAL_NAMES = {"ResModel": "resgcn", "EarlyJoinSAGE": "sage-early",
-                  "LateJoinSAGE": "sage-late", "MLP": "mlp", "EarlyJoinResGCN": "resgcn-early",
-                  "LateJoinResGCN": "resgcn-late"}
+#: bundled collection → the kind of graph it holds: every official baseline of that kind
+#: (`models.registry.official_models`) runs on it
+COLLECTIONS = {"layout/cpu/default": "layout", "layout/cpu/random": "layout",
+               "options/cpu": "tile"}
 
 
 def graph_metric(kind: str, scores: np.ndarray, runtime: np.ndarray) -> float:
@@ -93,6 +91,8 @@ def run_one(data: str, model: str, seed: int, threads: int) -> dict:
 
 def load_official(directory: str | Path, root: Path) -> dict[tuple[str, str], list[dict]]:
     """The official runs in `directory`, as rows like `run_one`'s, by (collection, model)."""
+    from graphcost.models.registry import official_names
+
     out: dict[tuple[str, str], list[dict]] = {}
     files = sorted(Path(directory).glob("*.json"))
     if not files:
@@ -101,7 +101,7 @@ def load_official(directory: str | Path, root: Path) -> dict[tuple[str, str], li
     for f in files:
         try:
             run = json.loads(f.read_text())
-            coll, name = run["collection"], OFFICIAL_NAMES[run["model"]]
+            coll, name = run["collection"], official_names()[run["model"]]
             scores = run["test"]
         except (json.JSONDecodeError, KeyError) as e:
             raise UserError(f"{f}: not an official run result (missing or bad {e})") from None
@@ -191,10 +191,12 @@ def bench_baselines(root: str | Path, seeds: Sequence[int] = (0, 1, 2),
     """Rows (collection, model, seed) as they finish, then a summary per (collection,
     model), side by side with the official runs when `official` is given."""
     root = Path(root)
-    plan = [(c, m) for c, names in PLAN.items() if collections is None or c in collections
-            for m in names if models is None or m in models]
+    from graphcost.models.registry import official_models
+
+    plan = [(c, m) for c, kind in COLLECTIONS.items() if collections is None or c in collections
+            for m in official_models(kind) if models is None or m in models]
     if not plan:
-        raise UserError(f"nothing to run: collections {list(PLAN)} with their models")
+        raise UserError(f"nothing to run: collections {list(COLLECTIONS)} with their models")
     for c, _ in plan:
         if not (root / "npz" / c).is_dir():
             raise UserError(f"{root / 'npz' / c}: no such collection (--data is the folder "

@@ -55,12 +55,11 @@ from graphcost.eval.crossval import pooled_files
 from graphcost.eval.folds import fold_model, fold_runs
 from graphcost.formats.npz import LayoutGraph, read_extra, read_graph
 from graphcost.kinds import space_of
+from graphcost.models.registry import portfolio_rules
 from graphcost.stats import draw_weights
 from graphcost.train.settings import TrainSettings
 from graphcost.xla.timing import Protocol
 
-PORTFOLIOS = {"tile": ("config-only",),
-              "layout": ("fewest-changes", "moved-bytes", "changed-bytes")}
 SELECT_ROUNDS = 2  # confirmation rounds that choose among the search's fresh picks
 
 
@@ -315,7 +314,7 @@ class FamiliesResult(BenchResult):
     seeds: list[int]
     k: int
     folds: int
-    portfolio: str  # the rule that reads no program, best of `PORTFOLIOS`
+    portfolio: str  # the rule that reads no program, best of `portfolio_rules`
     protocol: dict[str, Any] | None  # the confirmation's timing protocol; None: stored only
     core: int | None
     rows: list[dict[str, Any]]  # `program_row`s, `confirm_row`s with `confirm`
@@ -347,7 +346,7 @@ def bench_families(data: str | Path, out: str | Path, model: str = "ranker",
     s = settings or TrainSettings()
     model_runs = fold_runs(data, model, seeds, out, s, folds, say, model_settings)
     candidates = [fold_runs(data, name, [0], out, s, folds, say)[0]
-                  for name in PORTFOLIOS[coll.kind]]
+                  for name in portfolio_rules(coll.kind)]
     portfolio = max(candidates, key=lambda r: np.nanmean([g["score"] for g in
                                                           r["graphs"].values()]))
     rows = stored_rows(data, model_runs, portfolio, k)

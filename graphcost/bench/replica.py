@@ -88,10 +88,6 @@ def log_tail(log_dir: Path, step: str, lines: int = 3) -> str:
     return " | ".join(text[-lines:])
 
 
-def official_baseline(kind: str) -> str:
-    return "resgcn" if kind == "layout" else "sage-early"
-
-
 def write_eval_indices(coll_dir: Path, kind: str, path: Path, per_graph: int = 1000,
                        seed: int = 0) -> Path:
     """{graph: sorted config ids} for every validation graph, `per_graph` of them, in the
@@ -152,6 +148,8 @@ def _path(root: Path, name: str, work: Path, epochs: int, sets: Sequence[str], d
           ) -> Generator[tuple[str, list[str], Path | None], StepResult, None]:
     """The path's steps one at a time, as (label, `graphcost` arguments, the run folder of
     a training or None); each is sent back its result."""
+    from graphcost.models.registry import official_baseline
+
     kind = name.split(":")[0]
     coll = collection_dir(root, name)
     runs = work / "runs"

@@ -30,8 +30,8 @@ from torch_geometric.nn import Linear as PygLinear
 
 from graphcost import children
 from graphcost.bench import RowsResult
-
-MODELS = {"layout": ("ranker", "resgcn"), "tile": ("ranker", "sage-early", "sage-late")}
+from graphcost.errors import UserError
+from graphcost.models.registry import model_names
 
 
 def configs_for(nodes: int) -> int:
@@ -172,10 +172,16 @@ class ScoreResult(RowsResult):
 def bench_score(kinds: Sequence[str] = ("layout", "tile"), models: Sequence[str] | None = None,
                 sizes: Sequence[int] = (1000, 10_000, 50_000), repeats: int = 2,
                 configs: int = 0, on_row: Callable[[dict], None] | None = None) -> ScoreResult:
-    """One row per (kind, model, size), each measured in a fresh spawned process."""
+    """One row per (kind, model, size), each measured in a fresh spawned process; the
+    models: every learned one of the kind, or those of `models` that rank it."""
+    known = [n for k in kinds for n in model_names(k, learned=True)]
+    unknown = sorted(set(models or ()) - set(known))
+    if unknown:
+        raise UserError(f"bench score --model {', '.join(unknown)}: no learned model of "
+                        f"{' or '.join(kinds)}; known: {', '.join(known)}")
     rows = []
     for kind in kinds:
-        for name in MODELS[kind]:
+        for name in model_names(kind, learned=True):
             if models and name not in models:
                 continue
             for n in sizes:

@@ -77,7 +77,7 @@ def bench_train_cmd(models: tuple[str, ...], steps: int, configs: int, threads: 
 @click.option("--kind", "kinds", multiple=True, type=click.Choice(["layout", "tile"]),
               help="only these kinds (default: both)")
 @click.option("--model", "models", multiple=True,
-              help="only these models (default: layout ranker, resgcn; tile ranker, sage-*)")
+              help="only these models (default: every learned model of the kind)")
 @click.option("--size", "sizes", multiple=True, type=click.IntRange(min=10),
               help="graph sizes in nodes (default: 1000, 10000, 50000)")
 @click.option("--repeats", type=click.IntRange(min=1), default=2, show_default=True,

@@ -13,6 +13,7 @@ from graphcost.atomic import check_writable, write_json
 from graphcost.cli.bench import bench, bench_table
 from graphcost.cli.options import (
     CORE,
+    ModelOption,
     autotune_options,
     comma_list,
     int_list,
@@ -133,7 +134,7 @@ def bench_pool_cmd(model_path: str | None, data: str | None, kind: str, train_fa
 @click.argument("data", type=click.Path(exists=True, file_okay=False))
 @click.option("--out", "out_dir", type=click.Path(file_okay=False), required=True,
               help="fold models (OUT/<model>-<seed>) and confirmed rows; a rerun reuses them")
-@click.option("--model", "model_name", default="ranker", show_default=True)
+@click.option("--model", "model_name", cls=ModelOption, default="ranker", show_default=True)
 @click.option("--seeds", default="0,1,2", show_default=True,
               help="one leave-family-out model per fold and seed, comma-separated")
 @click.option("--folds", type=click.IntRange(min=2), default=5, show_default=True)

@@ -8,7 +8,7 @@ from typing import Any
 import click
 from click.core import ParameterSource
 
-from graphcost.cli.options import json_option
+from graphcost.cli.options import ModelOption, json_option
 
 
 def _usable_device(ctx: click.Context, param: click.Parameter, value: str) -> str:
@@ -44,10 +44,7 @@ class _TrainCommand(click.Command):
 
 @click.command("train", cls=_TrainCommand)
 @click.argument("data", nargs=-1, required=True, metavar="DATA...")
-@click.option("--model", "model_name", default="ranker", show_default=True,
-              help="ranker, or a baseline: sage-early, sage-late, mlp (tile), resgcn (layout); "
-                   "or a heuristic: fewest-changes, moved-bytes, changed-bytes (layout), "
-                   "config-only (tile), default-first (both)")
+@click.option("--model", "model_name", cls=ModelOption, default="ranker", show_default=True)
 @click.option("--out", "out_dir", required=True, type=click.Path(),
               help="run directory: held by one run at a time; a run already there is "
                    "refused unless --resume or --overwrite")
@@ -204,10 +201,7 @@ def submit_cmd(data: str, models: tuple[str, ...], out_path: str, split: str, de
 @click.argument("data", nargs=-1, required=True, metavar="DATA...")
 @click.option("--folds", type=int, default=5, show_default=True,
               help="folds of program families; each family is held out exactly once")
-@click.option("--model", "model_name", default="ranker", show_default=True,
-              help="ranker, or a baseline: sage-early, sage-late, mlp (tile), resgcn (layout); "
-                   "or a heuristic: fewest-changes, moved-bytes, changed-bytes (layout), "
-                   "config-only (tile), default-first (both)")
+@click.option("--model", "model_name", cls=ModelOption, default="ranker", show_default=True)
 @click.option("--set", "sets", multiple=True, metavar="KEY=VALUE",
               help="a training or model setting, as for `graphcost train`; repeatable")
 @click.option("--epochs", type=int, default=None)

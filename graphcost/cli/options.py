@@ -24,6 +24,17 @@ def int_list(value: str | None, option: str) -> list[int]:
         raise UserError(f"{option} expects comma-separated integers, got {value!r}") from None
 
 
+class ModelOption(click.Option):
+    """`--model NAME`, whose help lists every registered model: read from the registry
+    only when help is shown (it imports torch)."""
+
+    def get_help_record(self, ctx: click.Context) -> tuple[str, str] | None:
+        from graphcost.models.registry import models_help
+
+        self.help = models_help()
+        return super().get_help_record(ctx)
+
+
 class Core(click.ParamType):
     """A core this process may use (`os.sched_getaffinity`): any other number is refused
     while the command line is parsed, not by a traceback from `sched_setaffinity`."""

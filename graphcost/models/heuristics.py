@@ -2,8 +2,10 @@ r"""Heuristic baselines: rules that need no learning, as models like any other.
 
 A learned cost model is worth its training only where it beats what needs none, so
 these rank configs beside the ranker everywhere a model goes (train, evaluate,
-crossval, predict, submit). Each is a `RankingNet` whose `forward(batch)` computes the
-rule from the batch tensors; lower scores mean faster, as for every network.
+crossval, predict, submit). Each is a `RankingNet`; lower scores mean faster, as for
+every network. A rule is written once: a layout rule as its cost at each configurable
+node (`node_costs`), a tile rule as the score of one graph's configs (`config_scores`);
+the score of a batch (`forward`) and of one graph's configs derive from it.
 
 - `FewestChanges` (layout): a config that moves fewer layouts away from the compiler's
   default is predicted faster;
@@ -49,7 +51,9 @@ class ConfigOnlySettings:
 
 
 class Heuristic(RankingNet):
-    """Base of the heuristic baselines: scores from a rule, with no trained weights."""
+    """Base of the heuristic baselines: scores from a rule, with no trained weights. A
+    subclass defines the rule once (`node_costs` for layouts, `config_scores` for tiles);
+    the batch path (`forward`) and the one-graph path derive from it, so they agree."""
 
     closed_form = True
 
@@ -60,6 +64,28 @@ class Heuristic(RankingNet):
     def fit_closed_form(self, graphs: Iterable[GraphTensors]) -> str:
         """Set what the rule needs from the train graphs; says what was done."""
         return "training-free: nothing fitted, no optimiser steps"
+
+    def node_costs(self, configs: Tensor, g: Batch | GraphTensors) -> Tensor:
+        """(C, K) a layout rule: what each config (C, K, 18) costs at each configurable
+        node of `g` (a batch's nodes, or one graph's)."""
+        raise NotImplementedError(f"{type(self).__name__} defines no layout rule")
+
+    def total(self, costs: Tensor) -> Tensor:
+        """A config's score from its node costs summed over its graph: the sum itself."""
+        return costs
+
+    def config_scores(self, configs: Tensor, g: GraphTensors | None) -> Tensor:
+        """(C,) the rule on configs of one graph, shaped like `g.configs(ids)` (they need
+        not be g's own): what a ranker learning on top of the rule adds (`Prior`)."""
+        return self.total(self.node_costs(configs, g).sum(1))
+
+    def forward(self, b: Batch) -> Tensor:
+        """(B, C) the rule on a batch: layout node costs summed per graph; a tile rule's
+        `config_scores` applies to the batch's (B, C, d) configs as to one graph's."""
+        if self.kind == "tile":
+            return self.config_scores(b.config, None)
+        costs = self.node_costs(b.config, b)[..., None]  # (C, K, 1)
+        return self.total(pool_own("sum", costs, b.config_graph, b.num_graphs)[..., 0].t())
 
 
 def layout_codes(entries: Tensor) -> Tensor:
@@ -86,13 +112,6 @@ def changed_layouts(config: Tensor, own: Tensor) -> Tensor:
     return ((codes != 0) & (codes != layout_codes(own))).float()
 
 
-def per_graph(b: Batch, moved: Tensor, weight: Tensor) -> Tensor:
-    """(B, C): moved layouts (C, K, 3), each costing its `weight` (K, 3), summed over the
-    configurable nodes of each graph."""
-    per_node = (moved * weight).sum(-1, keepdim=True)  # (C, K, 1)
-    return pool_own("sum", per_node, b.config_graph, b.num_graphs)[..., 0].t()
-
-
 class FewestChanges(Heuristic):
     r"""Count the layouts a config moves away from the compiler's default:
 
@@ -112,13 +131,8 @@ class FewestChanges(Heuristic):
         """(C, K, 3): which layouts the configs (C, K, 18) of `b` move."""
         return moved_layouts(config)
 
-    def forward(self, b: Batch) -> Tensor:
-        return per_graph(b, self.moved(b.config, b), self.weight(b))
-
-    def config_scores(self, configs: Tensor, g: GraphTensors) -> Tensor:
-        """(C,) the rule on configs of one graph, shaped like `g.configs(ids)` (they need
-        not be g's own): what a ranker learning on top of the rule adds (`Prior`)."""
-        return (self.moved(configs, g) * self.weight(g).to(configs.device)).sum((1, 2))
+    def node_costs(self, configs: Tensor, g: Batch | GraphTensors) -> Tensor:
+        return (self.moved(configs, g) * self.weight(g).to(configs.device)).sum(-1)
 
 
 class MovedBytes(FewestChanges):
@@ -173,11 +187,16 @@ class DefaultFirst(Heuristic):
     def is_default(self, tile_configs: Tensor) -> Tensor:
         return (tile_configs == self.default).all(-1)
 
-    def forward(self, b: Batch) -> Tensor:
-        if self.kind == "tile":  # (B, C, 24) raw features
-            return (~self.is_default(b.config)).float()
-        return (per_graph(b, moved_layouts(b.config), torch.ones_like(b.config_bytes))
-                > 0).float()
+    def node_costs(self, configs: Tensor, g: Batch | GraphTensors) -> Tensor:
+        return moved_layouts(configs).sum(-1)
+
+    def total(self, costs: Tensor) -> Tensor:
+        return (costs > 0).float()
+
+    def config_scores(self, configs: Tensor, g: GraphTensors | None) -> Tensor:
+        if self.kind == "tile":  # (..., 24) raw features
+            return (~self.is_default(configs)).float()
+        return super().config_scores(configs, g)
 
     def fit_closed_form(self, graphs: Iterable[GraphTensors]) -> str:
         if self.kind == "tile":
@@ -226,11 +245,8 @@ class ConfigOnly(Heuristic):
         linear = x * torch.isnan(self.levels[:, 0]).to(x.dtype)
         return torch.cat([one_hot, linear], -1)
 
-    def forward(self, b: Batch) -> Tensor:
-        return self.config_scores(b.config, None)
-
     def config_scores(self, configs: Tensor, g: GraphTensors | None) -> Tensor:
-        """(C,) the fitted log runtime of configs (shaped like `g.configs(ids)`)."""
+        """(..., C) the fitted log runtime of configs (..., C, d)."""
         return self.features(configs) @ torch.cat([self.level_weight.flatten(),
                                                    self.linear_weight])
 

@@ -40,6 +40,7 @@ class ModelSpec:
     defaults: dict[str, Any] = field(default_factory=dict)  # model settings
     train: dict[str, Any] = field(default_factory=dict)  # training settings it defaults to
     features: str = "standard"  # FeatureTransform style
+    official: str = ""  # the TpuGraphs baseline it reproduces, by the official code's name
     # model settings whose default depends on the kind of collection: kind → settings
     kind_defaults: dict[str, dict[str, Any]] = field(default_factory=dict)
 
@@ -49,10 +50,11 @@ class ModelSpec:
 
 
 def _official_tile(backbone: str, join: str) -> ModelSpec:
+    official = f"{join.title()}Join{'SAGE' if backbone == 'sage' else 'ResGCN'}"
     return ModelSpec(TileGNN, TileGNNSettings, ("tile",), TILE_LOSS,
                      {"backbone": backbone, "join": join,
                       "opcode_dim": 64 if backbone == "sage" else 32},
-                     OFFICIAL_TILE, "minmax")
+                     OFFICIAL_TILE, "minmax", official=official)
 
 
 def _heuristic(net: type[RankingNet], kinds: tuple[str, ...], settings: type = RuleSettings,
@@ -71,14 +73,16 @@ MODELS: dict[str, ModelSpec] = {
     "ranker": ModelSpec(Ranker, RankerSettings, ("tile", "layout"), "hinge",
                         kind_defaults={"layout": {"prior": "changed-bytes", "loops": True},
                                        "tile": {"prior": "config-only", "correction": 0.3}}),
+    # the official baselines; the first of each kind is its default (the paper's)
     "resgcn": ModelSpec(ResModel, ResModelSettings, ("layout",), "tf-listmle", {},
-                        OFFICIAL_LAYOUT, "minmax"),
+                        OFFICIAL_LAYOUT, "minmax", official="ResModel"),
     "sage-early": _official_tile("sage", "early"),
     "sage-late": _official_tile("sage", "late"),
     "resgcn-early": _official_tile("resgcn", "early"),
     "resgcn-late": _official_tile("resgcn", "late"),
     "mlp": ModelSpec(TileMLP, TileMLPSettings, ("tile",), TILE_LOSS, {}, OFFICIAL_TILE,
-                     "minmax"),
+                     "minmax", official="MLP"),
+    # the rules that need no learning
     "fewest-changes": _heuristic(FewestChanges, ("layout",)),
     "moved-bytes": _heuristic(MovedBytes, ("layout",)),
     "changed-bytes": _heuristic(ChangedBytes, ("layout",)),
@@ -107,3 +111,37 @@ def model_names(kind: str | None = None, learned: bool | None = None) -> list[st
 
 def baselines(kind: str) -> list[str]:
     return [n for n in model_names(kind) if n != "ranker"]
+
+
+def official_models(kind: str) -> list[str]:
+    """The official TpuGraphs baselines for `kind`, the default (the paper's) first."""
+    return [n for n in model_names(kind) if MODELS[n].official]
+
+
+def official_baseline(kind: str) -> str:
+    """The paper's default baseline for `kind`: ResModel (layout), EarlyJoinSAGE (tile)."""
+    return official_models(kind)[0]
+
+
+def official_names() -> dict[str, str]:
+    """The official code's model name → graphcost's (`ResModel` → `resgcn`)."""
+    return {s.official: n for n, s in MODELS.items() if s.official}
+
+
+def portfolio_rules(kind: str) -> list[str]:
+    """The rules that order the configs other than the default (default-first ties them
+    all): what a portfolio of training-free picks draws on."""
+    return [n for n in model_names(kind, learned=False) if MODELS[n].net is not DefaultFirst]
+
+
+def models_help() -> str:
+    """The `--model` help: every registered model, with the kinds of collection it ranks."""
+    def listed(names: list[str]) -> str:
+        groups: dict[tuple[str, ...], list[str]] = {}
+        for n in names:
+            groups.setdefault(MODELS[n].kinds, []).append(n)
+        return "; ".join(f"{', '.join(ns)} ({', '.join(k)})" for k, ns in groups.items())
+
+    learned = [n for n in model_names(learned=True) if n != "ranker"]
+    return (f"ranker (tile, layout), or an official baseline: {listed(learned)}; or a rule "
+            f"needing no learning: {listed(model_names(learned=False))}")
