@@ -31,14 +31,14 @@ def test_input_and_kernel_entries_are_sized_by_the_operands_shapes():
     g = graph_with_operands()
     roles = role_nodes(g)
     dims = torch.as_tensor(np.log2(np.maximum(g.node_feat[roles][..., 21:27], 1)))
-    default = torch.full((2, 3, 6), -1, dtype=torch.long)
+    own = torch.full((2, 3, 6), -1, dtype=torch.long)
     config = torch.full((1, 2, 18), -1.0)
     config[0, 0, 0] = 1  # output: dimension 1 of the 8×32 result (32) minor-most
     config[0, 0, 6] = 1  # input: dimension 1 of the 8×2 operand (2)
     config[0, 0, 12] = 1  # kernel: dimension 1 of the 2×32 operand (32)
-    sizes = layout_features(config, dims, default)[0, 0, 18 * LAYOUT_VALUES:]
+    sizes = layout_features(config, dims, own)[0, 0, 18 * LAYOUT_VALUES:]
     assert sizes[0] == 5 and sizes[6] == 1 and sizes[12] == 5
-    assert sizes[[1, 7, 13]].tolist() == [0, 0, 0]  # −1 with no default layout: nothing
+    assert sizes[[1, 7, 13]].tolist() == [0, 0, 0]  # −1 with no own layout: nothing
 
 
 def test_change_features_flag_a_new_order_and_size_it():
@@ -47,13 +47,13 @@ def test_change_features_flag_a_new_order_and_size_it():
     g = graph_with_operands()
     at = g.node_feat[role_nodes(g)]
     dims = torch.as_tensor(np.log2(np.maximum(at[..., 21:27], 1)))
-    default = torch.as_tensor(np.where(at[..., 21:27] > 0, at[..., 134:140], -1)).long()
+    own = torch.as_tensor(np.where(at[..., 21:27] > 0, at[..., 134:140], -1)).long()
     nbytes = torch.full((2, 3), 64.0)
     config = torch.full((1, 2, 18), -1.0)
     config[0, 0, 0:2] = torch.tensor([1, 0])
     config[0, 0, 6:8] = torch.tensor([0, 1])
-    plain = layout_features(config, dims, default)
-    full = layout_features(config, dims, default, nbytes)
+    plain = layout_features(config, dims, own)
+    full = layout_features(config, dims, own, nbytes)
     assert torch.equal(full[..., :plain.shape[-1]], plain)  # the same features first
     changed, size = full[0, :, plain.shape[-1]:].split(3, dim=-1)
     assert changed.tolist() == [[0, 1, 0], [0, 0, 0]]

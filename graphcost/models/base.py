@@ -47,7 +47,7 @@ class GraphTensors:
     # (nc, 3, 6) log2 shape dims of each configurable node's output, input and kernel
     # tensor (`role_nodes`), and (nc, 3, 6) their layouts in the graph (−1 padded)
     config_dims: Tensor | None = None
-    config_default: Tensor | None = None
+    config_own: Tensor | None = None
     config_bytes: Tensor | None = None  # (nc, 3) bytes of those tensors
     layout_config: Callable[[np.ndarray], np.ndarray] | None = None  # layout config transform
     # (2m,) bool: True for an edge in the file's direction (npz column 0 → column 1)
@@ -117,7 +117,7 @@ def graph_tensors(graph: Graph, transform) -> GraphTensors:
         graph=graph,
         tile_configs=torch.from_numpy(transform.tile_config(graph.config_feat)) if tile else None,
         config_dims=torch.from_numpy(np.log2(np.maximum(at[..., 21:27], 1.0)).astype(np.float32)),
-        config_default=torch.from_numpy(at[..., 134:140].astype(np.int64)),
+        config_own=torch.from_numpy(at[..., 134:140].astype(np.int64)),
         config_bytes=torch.from_numpy(tensor_bytes(at).astype(np.float32)),
         layout_config=None if tile or transform.layout_config_columns is None
         else transform.layout_config,
@@ -141,7 +141,7 @@ class Batch:
     config_nodes: Tensor  # (K,)
     config_graph: Tensor  # (K,) graph of each configurable node; B in a halo
     config_dims: Tensor  # (K, 3, 6) log2 shape dims of each role's tensor (layout)
-    config_default: Tensor  # (K, 3, 6) the graph's own layouts of them (−1 padded)
+    config_own: Tensor  # (K, 3, 6) the graph's own layouts of them (−1 padded)
     config_bytes: Tensor  # (K, 3) bytes of each role's tensor
     mask: Tensor  # (B, C) bool
     runtime: Tensor | None = None  # (B, C) float32, for losses
@@ -178,7 +178,7 @@ def collate(items: list[tuple[GraphTensors, np.ndarray]], with_runtime: bool = F
     """
     c = max(len(ids) for _, ids in items)
     directed = all(g.edge_forward is not None for g, _ in items)
-    (xs, ops, edges, node_graph, cfgs, cfg_nodes, cfg_graph, dims, defaults, sizes, masks,
+    (xs, ops, edges, node_graph, cfgs, cfg_nodes, cfg_graph, dims, owns, sizes, masks,
      runtimes) = ([] for _ in range(12))
     offset = 0
     for b, (g, ids) in enumerate(items):
@@ -193,7 +193,7 @@ def collate(items: list[tuple[GraphTensors, np.ndarray]], with_runtime: bool = F
         cfg_nodes.append(g.config_nodes + offset)
         cfg_graph.append(_graph_ids(g.config_nodes.numel(), g.own_config_nodes, b, len(items)))
         dims.append(g.config_dims)
-        defaults.append(g.config_default)
+        owns.append(g.config_own)
         sizes.append(g.config_bytes)
         masks.append(torch.arange(c) < ids.size)
         if with_runtime:
@@ -205,7 +205,7 @@ def collate(items: list[tuple[GraphTensors, np.ndarray]], with_runtime: bool = F
         node_graph=torch.cat(node_graph), num_graphs=len(items),
         config=torch.stack(cfgs) if tile else torch.cat(cfgs, dim=1),
         config_nodes=torch.cat(cfg_nodes), config_graph=torch.cat(cfg_graph),
-        config_dims=torch.cat(dims), config_default=torch.cat(defaults),
+        config_dims=torch.cat(dims), config_own=torch.cat(owns),
         config_bytes=torch.cat(sizes),
         mask=torch.stack(masks), runtime=torch.stack(runtimes) if with_runtime else None,
         edge_forward=torch.cat([g.edge_forward for g, _ in items]) if directed else None,

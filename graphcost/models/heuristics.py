@@ -127,12 +127,13 @@ class FewestChanges(Heuristic):
         """(K, 3): what one moved layout of each (node, role) costs: here 1."""
         return torch.ones_like(b.config_bytes)
 
-    def moved(self, config: Tensor, b: Batch | GraphTensors) -> Tensor:
-        """(C, K, 3): which layouts the configs (C, K, 18) of `b` move."""
+    def counted(self, config: Tensor, b: Batch | GraphTensors) -> Tensor:
+        """(C, K, 3): which layouts of the configs (C, K, 18) of `b` the rule counts: the
+        moved ones (set at all)."""
         return moved_layouts(config)
 
     def node_costs(self, configs: Tensor, g: Batch | GraphTensors) -> Tensor:
-        return (self.moved(configs, g) * self.weight(g).to(configs.device)).sum(-1)
+        return (self.counted(configs, g) * self.weight(g).to(configs.device)).sum(-1)
 
 
 class MovedBytes(FewestChanges):
@@ -163,8 +164,9 @@ class ChangedBytes(MovedBytes):
     random permutation of a 2-D tensor does so half the time.
     """
 
-    def moved(self, config: Tensor, b: Batch | GraphTensors) -> Tensor:
-        return changed_layouts(config, b.config_default.to(config.device))
+    def counted(self, config: Tensor, b: Batch | GraphTensors) -> Tensor:
+        """The changed layouts: moved to another order than their tensor's own."""
+        return changed_layouts(config, b.config_own.to(config.device))
 
 
 class DefaultFirst(Heuristic):

@@ -294,7 +294,7 @@ class Ranker(RankingNet):
             return self.join(torch.cat([g, cfg], -1))
         h0, c = state, config.shape[0]
         at = h0[b.config_nodes].expand(c, -1, -1)  # (C, K, d)
-        cfg = layout_features(config, b.config_dims, b.config_default,
+        cfg = layout_features(config, b.config_dims, b.config_own,
                               b.config_bytes if self.s.change_features else None)
         delta = self.join(torch.cat([at, cfg], dim=-1)).transpose(0, 1)  # (K, C, d)
         h = self._gnn(h0.unsqueeze(1).expand(-1, c, -1).index_add(0, b.config_nodes, delta),

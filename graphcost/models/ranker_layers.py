@@ -20,12 +20,12 @@ LAYOUT_FEATURES = 18 * LAYOUT_VALUES + 18
 CHANGE_FEATURES = 6  # `change_features`: per role, changed or not, and its log size
 
 
-def layout_features(config: Tensor, dims: Tensor, default: Tensor,
+def layout_features(config: Tensor, dims: Tensor, own: Tensor,
                     nbytes: Tensor | None = None) -> Tensor:
     """Per-node layout config features for the ranker.
 
     config (C, K, 18) raw entries (output, input, kernel: 6 each), dims (K, 3, 6) log2
-    shape dims of each role's tensor and default (K, 3, 6) its layout in the graph →
+    shape dims of each role's tensor and own (K, 3, 6) its layout in the graph →
     (C, K, LAYOUT_FEATURES): the one-hot of each entry and log2(size) of the dimension
     it names in its own role's tensor (the input's entries name the node's first
     operand's dimensions, the kernel's its second's), where an entry of −1 (compiler
@@ -37,11 +37,11 @@ def layout_features(config: Tensor, dims: Tensor, default: Tensor,
     v = config.round().long().clamp(-1, 5)
     onehot = nn.functional.one_hot(v + 1, LAYOUT_VALUES).flatten(-2).to(dims.dtype)
     v = v.unflatten(-1, (3, 6))  # (C, K, 3, 6)
-    eff = torch.where(v >= 0, v, default.unsqueeze(0))
+    eff = torch.where(v >= 0, v, own.unsqueeze(0))
     size = torch.gather(dims.unsqueeze(0).expand(v.shape[0], -1, -1, -1), 3, eff.clamp(min=0))
     parts = [onehot, (size * (eff >= 0)).flatten(-2)]
     if nbytes is not None:
-        changed = changed_layouts(config, default).to(dims.dtype)  # (C, K, 3)
+        changed = changed_layouts(config, own).to(dims.dtype)  # (C, K, 3)
         parts += [changed, changed * torch.log2(1 + nbytes / 1024).to(dims.dtype)]
     return torch.cat(parts, dim=-1)
 
@@ -141,7 +141,7 @@ class RankerLayers:
         on = r.on_config
         k = r.k[on]
         cfg = layout_features(r.cfg[on].unsqueeze(0), self.g.config_dims[k],
-                              self.g.config_default[k], self.g.config_bytes[k]
+                              self.g.config_own[k], self.g.config_bytes[k]
                               if self.net.s.change_features else None)[0]
         h[on] += self.net.join(torch.cat([h[on], cfg], dim=-1))
         return h

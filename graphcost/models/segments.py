@@ -186,7 +186,7 @@ def split_segments(g: GraphTensors, size: int, halo: int = 0) -> Segments:
             config_nodes=torch.from_numpy(local[cn[cols]]), runtime=g.runtime,
             graph=SegmentConfigs(reader, cols),  # type: ignore[arg-type]
             config_dims=g.config_dims[cols] if g.config_dims is not None else None,
-            config_default=g.config_default[cols] if g.config_default is not None else None,
+            config_own=g.config_own[cols] if g.config_own is not None else None,
             config_bytes=g.config_bytes[cols] if g.config_bytes is not None else None,
             layout_config=g.layout_config,
             own_nodes=hi - lo, own_config_nodes=int(own.size)))

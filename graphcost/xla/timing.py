@@ -4,7 +4,7 @@ Pinned to one core, each executable is first called once (its outputs are checke
 against a reference executable), then timed in `rounds` independent rounds: every
 round visits the executables in a fresh random order, gives each fresh input buffers,
 `warmup` untimed calls and `runs` timed calls with `block_until_ready`, optionally
-flushing the CPU caches before each timed call (as TenSet does). Every round's median
+flushing the CPU caches before each timed call (as TenSet does). Every round's runtime
 is kept: Kendall τ between two rounds is the noise ceiling of a graph. A round's runtime
 is the minimum of its calls by default (`statistic`; see `STATISTICS` for why). An executable
 that raises, is slower than `max_run_s` per call, or whose outputs disagree with the
@@ -73,7 +73,7 @@ STATISTICS = {"min": np.min, "median": np.median}
 @dataclass
 class ConfigResult:
     """One executable's (or config's) outcome: `status` is ok, compile, run, timeout or
-    mismatch; `rounds_ns` holds each round's median."""
+    mismatch; `rounds_ns` holds each round's runtime (the protocol's statistic)."""
 
     status: str = "ok"
     error: str = ""
