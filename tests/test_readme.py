@@ -16,7 +16,12 @@ from graphcost.cli import main
 ROOT = Path(__file__).parents[1]
 README = ROOT / "README.md"
 DOCS = sorted((ROOT / "docs").glob("*.md"))
-PAGES = [README, *DOCS]
+NOTEBOOK = sorted((ROOT / "docs" / "notebook").glob("*.md"))  # linked from docs/results.md
+PAGES = [README, *DOCS, *NOTEBOOK]
+RESULTS = ROOT / "docs" / "results.md"
+#: a named section of a results page, as the project's texts cite one:
+#: `docs/results.md`, "Section" (the quoted name may wrap, in a comment too)
+SECTION_REF = re.compile(r"docs/(results\.md|notebook/[\w.-]+\.md)`?,\s*\"([^\"]+)\"")
 #: the page whose ```python blocks are the Python API examples
 API_PAGE = ROOT / "docs" / "api.md"
 #: a markdown link or image: [text](target), the target without spaces
@@ -117,3 +122,28 @@ def test_python_api_examples_run_in_order(tmp_path, monkeypatch):
     tuned = names["tuned"]
     assert tuned.arms == ["coordinate", "random"] and set(tuned.found) == set(tuned.arms)
     assert json.loads((tmp_path / "runs" / "py" / "options.json").read_text()) == tuned.config
+
+
+def test_the_results_page_holds_todays_claims_in_300_lines():
+    text = RESULTS.read_text()
+    assert len(text.splitlines()) <= 300
+    assert "notebook/" in text  # the history it leaves out, a link away
+
+
+def test_every_cited_results_section_exists():
+    """A text that sends the reader to a section of the results page or the notebook
+    names a heading that is there (a section moved to the notebook moves its citations)."""
+    import subprocess
+
+    files = subprocess.run(["git", "ls-files", "*.md", "*.py"], cwd=ROOT, check=True,
+                           capture_output=True, text=True).stdout.split()
+    missing = []
+    for name in set(files) - {"tests/test_readme.py"}:  # its own comment shows the form
+        flat = re.sub(r"\n\s*(#\s*)?", " ", (ROOT / name).read_text(errors="replace"))
+        for page, section in SECTION_REF.findall(flat):
+            section = re.sub(r"\s+", " ", section).rstrip(".…")
+            headings = [line[3:].strip() for line in (ROOT / "docs" / page).read_text()
+                        .splitlines() if line.startswith("## ")]
+            if not any(h.startswith(section) for h in headings):
+                missing.append(f"{name}: docs/{page}, {section!r}")
+    assert not missing, missing

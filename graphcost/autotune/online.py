@@ -20,7 +20,7 @@ reused by another; all bests are confirmed in the same fresh rounds. It checks t
 tuner against the searches a user would try first (random, Optuna's TPE) and doubles
 or triples the measuring, so it is off by default.
 
-The default strategy is coordinate search: on the table (`docs/results.md`, "Search
+The default strategy is coordinate search: on the table (`docs/notebook/2026-11.md`, "Search
 strategies on a table of the options space") it found the most from K = 2 to 20 and
 needs no model; the model strategies need a cost model's scores of the whole space.
 """

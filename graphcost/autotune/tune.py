@@ -12,7 +12,7 @@ its errors rather than fast configs. On the 24 options:cpu programs of the six f
 with most headroom, each tuned by a model that never saw its family, the best of the
 model's top 5 ran at 1.03× [0.90, 1.18] random-5's speed from 48 sampled configs, and at
 0.92× [0.84, 1.00] after the old default search (1,024 sampled, 4,096 scored), confirmed
-in fresh rounds (`graphcost bench families`, `docs/results.md`). `evaluations` >
+in fresh rounds (`graphcost bench families`, `docs/notebook/2026-11.md`). `evaluations` >
 `samples` still searches beyond the sample (`search`).
 
 A layout model scores layout plans, a tile model option configs. Tile sizes and options
@@ -72,7 +72,7 @@ SAMPLES = 48  # configs the model ranks by default (see the module docstring)
 #: the least measured gain over the default for which a config is chosen: on the bundled
 #: collections' leave-family-out runs, model choices stored less than 1% faster than the
 #: default confirmed at 0.998–1.003× (median), and 9 of the 10 that confirmed slower
-#: than the default beyond noise had been stored less than 1% faster (docs/results.md)
+#: than the default beyond noise had been stored less than 1% faster (docs/notebook/2026-11.md)
 MIN_GAIN = 0.02
 
 

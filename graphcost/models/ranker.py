@@ -88,7 +88,7 @@ class RankerSettings:
     # node state size. 128 ranks better (leave-family-out, demo settings: +0.016
     # [+0.008, +0.025] τ on layout:cpu:default, +0.007 [−0.005, +0.020] on random) but
     # scores random layout configs 2.7× slower on the fast path (1k nodes, 1 thread:
-    # 949 → 357 configs/s), so 64 stays the default (docs/results.md)
+    # 949 → 357 configs/s), so 64 stays the default (docs/notebook/2026-11.md)
     hidden: int = 64
     opcode_dim: int = 32  # opcode embedding size
     layers: int = 3  # residual SAGE layers
@@ -259,7 +259,7 @@ class Ranker(RankingNet):
         per node and feature, shared by all of a node's configs: a Bernoulli draw per
         element of a (N, C, d) state cost 6× the layer's own linear map (3,000 nodes × 16
         configs, 1 core), and the configs a graph's ranking compares see the same noise.
-        Level with a mask per element on both layout collections (docs/results.md); the
+        Level with a mask per element on both layout collections (docs/notebook/2026-11.md); the
         tile ranker, where it is not measured, keeps a mask per element."""
         if not self.training or self.s.dropout == 0:
             return u
