@@ -201,7 +201,11 @@ def test_autotune_takes_a_model_of_compiler_options(options_model, tmp_path):
     result = run("autotune", "test_convert_apply_faults:moved_program", "--model",
                  options_model, "--out", out, *SMALL)
     assert result.exit_code == 0, result.output
-    assert json.loads(out.read_text())["kind"] == "options"
+    saved = json.loads(out.read_text())
+    assert saved["kind"] == "options"
+    # every key is one apply reads or names the config by: none that editing leaves unread
+    assert set(saved) == {"format", "program", "kind", "arguments", "layouts",
+                          "compiler_options"}
 
 
 # ------------------------------------------------------------------ a function JAX cannot trace

@@ -81,8 +81,6 @@ class Tunable:
                              "layouts": (self.configs.to_json(plan)
                                          if isinstance(self.configs, LayoutSearchSpace) else []),
                              "compiler_options": opts}
-        if isinstance(self.configs, OptionSearchSpace):
-            d["options"] = self.configs.to_json(config)
         return d
 
 

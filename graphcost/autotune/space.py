@@ -28,6 +28,7 @@ from graphcost.xla.configs import (
     LayoutPlan,
     LayoutSpace,
     OptionsConfig,
+    default_options,
     option_features,
     sample_layout_plans,
     sample_option_configs,
@@ -110,8 +111,8 @@ class LayoutSearchSpace:
 
 
 class OptionSearchSpace:
-    """The compiler-option configs search may try: one choice per knob, all 0 = the
-    default."""
+    """The compiler-option configs search may try: one choice index per knob (the
+    default: `xla.configs.default_options`)."""
 
     kind = "options"  # the space it searches (graphcost.kinds)
 
@@ -120,7 +121,7 @@ class OptionSearchSpace:
         self.units = list(range(len(self.knobs)))
 
     def default(self) -> OptionsConfig:
-        return (0,) * len(self.knobs)
+        return default_options(self.knobs)
 
     def key(self, config: OptionsConfig) -> Hashable:
         return tuple(config)
@@ -150,9 +151,6 @@ class OptionSearchSpace:
 
     def encode(self, configs: Sequence[OptionsConfig]) -> np.ndarray:
         return np.stack([option_features(c, self.knobs) for c in configs])
-
-    def to_json(self, config: OptionsConfig) -> dict[str, Any]:
-        return {k.name: k.choices[c] for k, c in zip(self.knobs, config, strict=True) if c}
 
 
 def _with(plan: LayoutPlan, slot: tuple[int, str], order: tuple[int, ...] | None) -> LayoutPlan:

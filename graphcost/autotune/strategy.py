@@ -38,8 +38,8 @@ from typing import Protocol
 import numpy as np
 
 from graphcost.errors import UserError
+from graphcost.xla.configs import OptionsConfig
 
-OptionsConfig = tuple[int, ...]
 Move = tuple[int, int]  # a single knob change: (knob, value)
 #: every strategy by name; the ones starting "model" need a cost model's scores, the
 #: "prior" ones a move prior

@@ -379,7 +379,7 @@ OPTION_KNOBS: tuple[Knob, ...] = (
     # 0.7-0.9x on depthwise, grouped_conv, unet
     Knob("no_platform_math", "xla_cpu_enable_platform_dependent_math", (None, False), (0, 1)),
 )
-OptionsConfig = tuple[int, ...]  # one choice index per knob; all 0 = default
+OptionsConfig = tuple[int, ...]  # one choice index per knob; all 0 = default_options()
 
 #: XLA:CPU options beyond OPTION_KNOBS that might make a program faster, for `graphcost
 #: bench knobs` (not features: `option_features` encodes OPTION_KNOBS only). Kept from ~30
@@ -415,8 +415,9 @@ CANDIDATE_KNOBS: tuple[Knob, ...] = (
 #: flags): xla_backend_extra_options.
 
 
-def default_options() -> OptionsConfig:
-    return (0,) * len(OPTION_KNOBS)
+def default_options(knobs: Sequence[Knob] = OPTION_KNOBS) -> OptionsConfig:
+    """The compiler's own choice of every knob: choice 0, no option passed."""
+    return (0,) * len(knobs)
 
 
 def compiler_options(config: OptionsConfig,
