@@ -24,7 +24,13 @@ from typing import Any
 
 from graphcost.bench import BenchResult
 from graphcost.errors import UserError
-from graphcost.xla.configs import CANDIDATE_KNOBS, OPTION_KNOBS, Knob, compiler_options
+from graphcost.xla.configs import (
+    CANDIDATE_KNOBS,
+    OPTION_KNOBS,
+    Knob,
+    LayoutSpace,
+    compiler_options,
+)
 from graphcost.xla.timing import ConfigResult, Protocol
 
 DEFAULT = "default"
@@ -62,10 +68,10 @@ def time_program(name: str, fn: Callable, args: Sequence[Any], knobs: Sequence[K
 
     from graphcost.autotune.program import pinned
     from graphcost.stats import ratio_interval
-    from graphcost.xla.prepare import input_maker, lower_flat
+    from graphcost.xla.prepare import input_maker
     from graphcost.xla.timing import error_line, time_executables
 
-    lowered = lower_flat(fn, args)
+    lowered = LayoutSpace(fn, tuple(args)).lower({})
     inputs = input_maker(args)
     changes = {choice_label(k, c): (k, c, compiler_options(cfg, knobs))
                for k, c, cfg in single_knob_configs(knobs)}
@@ -74,7 +80,7 @@ def time_program(name: str, fn: Callable, args: Sequence[Any], knobs: Sequence[K
     start = time.perf_counter()
     for label, opts in [(DEFAULT, {}), *((lb, ch[2]) for lb, ch in changes.items())]:
         try:
-            exe = lowered.compile(opts) if opts else lowered.compile()
+            exe = lowered.compile(opts or None)
         except Exception as e:  # XLA's errors have no common base class worth naming
             results[label] = ConfigResult("compile", error_line(e))
             continue

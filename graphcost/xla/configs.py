@@ -143,9 +143,14 @@ class LayoutSpace:
         return jax.jit(self.function(plan), in_shardings=self.in_shardings(plan),
                        keep_unused=True, compiler_options=compiler_options or None)
 
+    def lower(self, plan: LayoutPlan):
+        """The program lowered under `plan`: compiled once per set of compiler options."""
+        return self.jit(plan).lower(*self.leaves)
+
     def compile(self, plan: LayoutPlan, compiler_options: dict[str, Any] | None = None):
-        """The XLA executable of the program under `plan` (raises if XLA refuses it)."""
-        return self.jit(plan, compiler_options).lower(*self.leaves).compile()
+        """The XLA executable of the program under `plan` and `compiler_options` (raises
+        if XLA refuses it): the one compile path of collection, autotuning and `apply`."""
+        return self.lower(plan).compile(compiler_options or None)
 
     def features(self, plan: LayoutPlan, points: Sequence[int]) -> np.ndarray:
         """(len(points), 18) float32: the plan's layouts of those points, -1 = default."""

@@ -183,34 +183,21 @@ def prepare_layout(name: str, fn: Callable, args: Sequence[Any], mode: str = "ra
     return prep
 
 
-def lower_flat(fn: Callable, args: Sequence[Any]) -> Any:
-    """`fn(*args)` lowered once over its flattened arguments (every one kept, used or not):
-    each compiler-option config compiles from it, so none traces the program again."""
-    import jax
-
-    from graphcost.xla.tracing import tracing
-
-    leaves, tree = jax.tree.flatten(tuple(args))
-    with tracing(fn):
-        return jax.jit(lambda *xs: fn(*jax.tree.unflatten(tree, xs)), keep_unused=True
-                       ).lower(*leaves)
-
-
 def prepare_options(name: str, fn: Callable, args: Sequence[Any], distinct: int = 16,
                     seed: int = 0, configs: Sequence[tuple[int, ...]] | None = None
                     ) -> Prepared:
     """Compile sampled compiler-option configs of `fn(*args)` (the default first)."""
 
-    from graphcost.xla.configs import compiler_options, option_features
+    from graphcost.xla.configs import LayoutSpace, compiler_options, option_features
 
     if configs is None:
         configs = sample_option_configs(distinct * ATTEMPTS_PER_DISTINCT,
                                         config_rng(name, "options", seed))
-    lowered = lower_flat(fn, args)
+    lowered = LayoutSpace(fn, tuple(args)).lower({})  # once: each config only compiles
 
     def compile_one(config):
         opts = compiler_options(config)
-        return (lowered.compile(opts) if opts else lowered.compile()), opts
+        return lowered.compile(opts or None), opts
 
     prep = Prepared(name, "options", {}, None, [], [], {})
     _compile_distinct(prep, configs, distinct, compile_one, option_features)
