@@ -163,6 +163,15 @@ def test_compare_counts_the_graphs_its_difference_is_over():
     assert "over 2 graphs; 1 left out (c.1): all runtimes equal" in format_comparison(c)
 
 
+def test_compare_counts_the_families_that_lose_more_than_a_tenth_to_the_other_side():
+    c = compare_crossval([_crossval("ranker", {"a.1": 0.5, "a.2": 0.1, "b.1": 0.4,
+                                               "c.1": 0.2})],
+                         [_crossval("changed-bytes", {"a.1": 0.6, "a.2": 0.3, "b.1": 0.3,
+                                                      "c.1": 0.25})])
+    assert c["families"] == pytest.approx({"a": -0.15, "b": 0.1, "c": -0.05})
+    assert "families below -0.10: 1 of 3 (a -0.150)" in format_comparison(c)
+
+
 # ------------------------------------------------------------ m: bench replica and the disk
 
 

@@ -14,6 +14,7 @@ from typing import Any
 
 import numpy as np
 
+from graphcost.data.families import family_of
 from graphcost.errors import UserError
 from graphcost.eval.crossval import by_source, held_out_in, mean_text, scored_files
 from graphcost.eval.metrics import why_undefined
@@ -127,10 +128,15 @@ def seed_ensemble(runs: list[dict]) -> dict:
             "file": " + ".join(_file(r) for r in runs)}
 
 
+#: issue 43's bar for a learned model against its rule: no program family may lose more
+FAMILY_LOSS = -0.10
+
+
 def compare_crossval(runs: list[dict], against: list[dict], metric: str = "score") -> dict:
     """Runs of one model (one JSON per seed) against runs of another on the same graphs:
     each side's per-graph mean over its seeds, both means and the paired difference
-    runs − against over the graphs both scored, with bootstrap 95% intervals."""
+    runs − against over the graphs both scored, with bootstrap 95% intervals; and the
+    difference of each program family (its graphs' mean)."""
     for side in (runs, against):
         if not side:
             raise UserError("compare needs at least one crossval result on each side")
@@ -163,9 +169,14 @@ def compare_crossval(runs: list[dict], against: list[dict], metric: str = "score
             key: dataclasses.asdict(mean_over(values, why)) for key, values in (
                 ("runs", {n: a[n] for n in names}), ("against", {n: b[n] for n in names}),
                 ("difference", {n: a[n] - b[n] for n in names}))}}
+    per_family: dict[str, list[float]] = {}
+    for n in common:
+        if np.isfinite(a[n] - b[n]):
+            per_family.setdefault(family_of(n), []).append(a[n] - b[n])
     return {"collection": runs[0]["collection"], "metric": metric, "graphs": len(common),
             "runs": side(runs, a), "against": side(against, b),
             "difference": dataclasses.asdict(difference),
+            "families": {f: float(np.mean(v)) for f, v in sorted(per_family.items())},
             **({"by_source": sources} if sources else {})}
 
 
@@ -198,6 +209,14 @@ def _by_source(c: dict) -> list[str]:
             for source, row in c.get("by_source", {}).items()]
 
 
+def _families(c: dict) -> list[str]:
+    """A line counting the families whose difference is below `FAMILY_LOSS`, worst first."""
+    low = sorted((v, f) for f, v in c["families"].items() if v < FAMILY_LOSS)
+    worst = ", ".join(f"{f} {v:+.3f}" for v, f in low)
+    return [f"    families below {FAMILY_LOSS:+.2f}: {len(low)} of {len(c['families'])}"
+            + (f" ({worst})" if worst else "")]
+
+
 def format_comparison(c: dict) -> str:
     """Both sides' means and the paired difference, one line each (held out source by
     source: a line per source too); with the best heuristic (`c['heuristic']`, from
@@ -205,10 +224,10 @@ def format_comparison(c: dict) -> str:
     lines = [f"{c['collection']}: {c['metric']} over {c['graphs']} graphs scored by both, "
              "mean over seeds per graph [95% interval]:",
              f"  {_side(c['runs'])}", f"  {_side(c['against'])}", f"  {_difference(c)}",
-             *_by_source(c)]
+             *_by_source(c), *_families(c)]
     h = c.get("heuristic")
     if h is not None:
         lines += [f"best heuristic, over the {h['graphs']} graphs it and "
                   f"{c['runs']['model']} scored:", f"  {_side(h['against'])}",
-                  f"  {_difference(h)}", *_by_source(h)]
+                  f"  {_difference(h)}", *_by_source(h), *_families(h)]
     return "\n".join(lines)
