@@ -101,8 +101,9 @@ def progress_lines(output: str) -> list[str]:
 
 
 def default_json(kind: str):
-    """What the default config's `to_json` is: no knob set, no layout set."""
-    return {} if kind == "options" else []
+    """The default config as a search pick is recorded (as chosen.json holds it): no
+    layout set, no compiler option passed."""
+    return {"layouts": [], "compiler_options": {}}
 
 
 def check_confirmed(result: dict, output: str, kind: str, samples: int, evaluations: int,
