@@ -52,8 +52,10 @@ class ConfigOnlySettings:
 
 class Heuristic(RankingNet):
     """Base of the heuristic baselines: scores from a rule, with no trained weights. A
-    subclass defines the rule once (`node_costs` for layouts, `config_scores` for tiles);
-    the batch path (`forward`) and the one-graph path derive from it, so they agree."""
+    subclass defines the rule once: a layout rule `node_costs(configs, g)`, (C, K), what
+    each config (C, K, 18) costs at each configurable node of `g` (a batch's nodes or one
+    graph's); a tile rule `config_scores`. The batch path (`forward`) and the one-graph
+    path derive from it, so they agree."""
 
     closed_form = True
 
@@ -64,11 +66,6 @@ class Heuristic(RankingNet):
     def fit_closed_form(self, graphs: Iterable[GraphTensors]) -> str:
         """Set what the rule needs from the train graphs; says what was done."""
         return "training-free: nothing fitted, no optimiser steps"
-
-    def node_costs(self, configs: Tensor, g: Batch | GraphTensors) -> Tensor:
-        """(C, K) a layout rule: what each config (C, K, 18) costs at each configurable
-        node of `g` (a batch's nodes, or one graph's)."""
-        raise NotImplementedError(f"{type(self).__name__} defines no layout rule")
 
     def total(self, costs: Tensor) -> Tensor:
         """A config's score from its node costs summed over its graph: the sum itself."""
