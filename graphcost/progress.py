@@ -65,20 +65,13 @@ class Progress:
             now = time.perf_counter()
             if now - self._last_line >= self.every_s or self.n >= self.total:
                 self._last_line = now
-                self.write(self.line())
+                print(self.line(), file=self.stream, flush=True)
 
     def line(self) -> str:
         """The plain line for the count so far."""
         figures = " ".join(f"{k}={v}" for k, v in self.figures.items())
         head = f"{self.desc} " if self.desc else ""
         return f"{head}{self.n}/{self.total} {self.unit}" + (f" {figures}" if figures else "")
-
-    def write(self, text: str) -> None:
-        """Print a line of `text` without breaking the bar."""
-        if self.bar is not None:
-            self.bar.write(text, file=self.stream)
-        else:
-            print(text, file=self.stream, flush=True)
 
     def iterate(self, items: Iterable) -> Iterator:
         """`items`, counting each as it is taken."""
