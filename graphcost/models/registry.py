@@ -143,5 +143,5 @@ def models_help() -> str:
         return "; ".join(f"{', '.join(ns)} ({', '.join(k)})" for k, ns in groups.items())
 
     learned = [n for n in model_names(learned=True) if n != "ranker"]
-    return (f"ranker (tile, layout), or an official baseline: {listed(learned)}; or a rule "
+    return (f"{listed(['ranker'])}, or an official baseline: {listed(learned)}; or a rule "
             f"needing no learning: {listed(model_names(learned=False))}")
