@@ -386,12 +386,17 @@ def test_source_folds_name_the_source_of_every_graph_they_train_on(tmp_path):
         assert fold.held_out[0] not in coll.sources.values()
 
 
-@pytest.mark.parametrize("balance", ["graph", "source"])
-def test_balance_by_source_weighs_every_source_alike(tmp_path, monkeypatch, balance):
+@pytest.mark.parametrize(("kind", "balance", "drawn"), [
+    ("layout", "graph", "graph"), ("layout", "source", "source"), ("tile", "source", "source"),
+    ("layout", "", "source"), ("tile", "", "graph")])  # '': the ranker's default for the kind
+def test_balance_by_source_weighs_every_source_alike(tmp_path, monkeypatch, kind, balance,
+                                                     drawn):
     """Sources of 6, 3 and 2 graphs pooled by `train`: by graph the steps draw whole
-    passes (no weights); by source each source's graphs together weigh a third."""
+    passes (no weights); by source each source's graphs together weigh a third. The
+    layout ranker draws by source unless told otherwise, the tile ranker by graph."""
     families = {"zoo": {"mlp": 3, "cnn": 3}, "haiku": {"haiku_gpt": 3}, "eqx": {"eqx_gru": 2}}
-    args = [f"{s}={write_families(tmp_path / s, families=f)}" for s, f in families.items()]
+    args = [f"{s}={write_families(tmp_path / s, kind, families=f)}"
+            for s, f in families.items()]
     given, real = [], graphcost.train.loop.epoch_order
 
     def spy(rng, items, steps, per_step, last_batch, weights):
@@ -405,7 +410,8 @@ def test_balance_by_source_weighs_every_source_alike(tmp_path, monkeypatch, bala
     assert r.exit_code == 0, r.output
     run = json.loads((out / "run.json").read_text())
     assert run["sources"] == {"zoo": 6, "haiku": 3, "eqx": 2}
-    if balance == "graph":
+    assert run["balance"] == drawn
+    if drawn == "graph":
         assert given == [None]
         return
     # the step's items are the train files in order; each source's weights sum to 1/3

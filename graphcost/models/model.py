@@ -70,6 +70,11 @@ class Model:
     def default_loss(self) -> str:
         return self.spec.loss
 
+    @property
+    def default_balance(self) -> str:
+        """How this model's training draws pooled sources when setting `balance` is ''."""
+        return self.spec.balance.get(self.kind, "graph")
+
     # ---------------------------------------------------------------- building
 
     def build(self, transform: FeatureTransform) -> Model:

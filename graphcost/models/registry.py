@@ -43,6 +43,9 @@ class ModelSpec:
     official: str = ""  # the TpuGraphs baseline it reproduces, by the official code's name
     # model settings whose default depends on the kind of collection: kind → settings
     kind_defaults: dict[str, dict[str, Any]] = field(default_factory=dict)
+    # how training draws pooled sources of programs by default (training setting
+    # `balance`), by kind of collection: 'graph' where a kind is not named
+    balance: dict[str, str] = field(default_factory=dict)
 
     def default_settings(self, kind: str) -> Any:
         """The settings a model of this name and kind starts from."""
@@ -72,7 +75,11 @@ MODELS: dict[str, ModelSpec] = {
     # the rule on every source, where from scratch it was below it (docs/results.md)
     "ranker": ModelSpec(Ranker, RankerSettings, ("tile", "layout"), "hinge",
                         kind_defaults={"layout": {"prior": "changed-bytes", "loops": True},
-                                       "tile": {"prior": "config-only", "correction": 0.3}}),
+                                       "tile": {"prior": "config-only", "correction": 0.3}},
+                        # held out source by source, a layout ranker trained drawing every
+                        # source equally often ranked better than one drawing every graph
+                        # (layout:cpu:default) or level (random): docs/results.md
+                        balance={"layout": "source"}),
     # the official baselines; the first of each kind is its default (the paper's)
     "resgcn": ModelSpec(ResModel, ResModelSettings, ("layout",), "tf-listmle", {},
                         OFFICIAL_LAYOUT, "minmax", official="ResModel"),

@@ -96,7 +96,8 @@ def fit(model: Model, train_graphs: Sequence[Graph], valid_graphs: Sequence[Grap
     settings, is refused (`check_resume`) before anything in the run folder changes.
 
     `sources` (graph name → source of programs) is where the train graphs pool several
-    sources; with setting `balance='source'` each source is then drawn equally often.
+    sources; with setting `balance='source'` (the layout ranker's default) each source
+    is then drawn equally often.
     """
     s = settings or train_defaults(model.name)
     s.check()
@@ -137,13 +138,15 @@ def fit(model: Model, train_graphs: Sequence[Graph], valid_graphs: Sequence[Grap
     if unvalidated and ctx.is_main and out is not None:
         print(f"warning: {unvalidated}: the best epoch is chosen by training loss, and "
               "early stopping follows it", file=sys.stderr, flush=True)
+    balance = s.balance or model.default_balance
     if out is not None and record is not None:
-        write_json({**record, "best_by": best_by}, out / "run.json")
+        drawn = {"balance": balance} if sources else {}
+        write_json({**record, **drawn, "best_by": best_by}, out / "run.json")
 
     b = max(1, min(s.graphs_per_batch, len(step)))  # the global batch, split across ranks
     distributed.check_batch_split(s.graphs_per_batch, len(step), ctx.world)
     per_epoch = s.steps_per_epoch or steps_per_epoch(len(step), b, s.last_batch)
-    weights = source_weights(step.names, sources) if s.balance == "source" and sources else None
+    weights = source_weights(step.names, sources) if balance == "source" and sources else None
 
     def phase_optimiser(head: bool):
         """A fresh optimiser for the main phase, or the head phase (no warm-up)."""

@@ -39,8 +39,9 @@ class TrainSettings:
     last_batch: str = "fill"
     # 'graph': every train graph is drawn equally often; 'source': where the train graphs
     # pool several sources of programs (`crossval --group source`, or `train` given several
-    # collections), every source is drawn equally often, its graphs equally among them
-    balance: str = "graph"
+    # collections), every source is drawn equally often, its graphs equally among them;
+    # '' = the model's default ('source' for the layout ranker, else 'graph')
+    balance: str = ""
     # 'adamw' with warm-up and cosine decay; 'adam': Keras-style Adam (eps 1e-7) at a
     # constant lr, no weight decay (the official baselines)
     optimizer: str = "adamw"
@@ -110,7 +111,7 @@ TRAIN_RULES: dict[str, fields.Rule] = {
     # max_configs keeps thirds of the configs: below 3 it would keep them all
     "min_configs": fields.AT_LEAST_MINUS_1, "max_configs": fields.off_or_at_least(3),
     "last_batch": fields.one_of("fill", "keep", "drop"),
-    "balance": fields.one_of("graph", "source"),
+    "balance": fields.one_of("", "graph", "source"),
     "optimizer": fields.one_of("adamw", "adam"), "clip": fields.one_of("global", "per_tensor"),
     "temperature": fields.POSITIVE, "select_on": fields.one_of("score", "opa"),
     "weight_decay": fields.NON_NEGATIVE, "warmup_steps": fields.NON_NEGATIVE,
