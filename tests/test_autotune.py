@@ -20,7 +20,7 @@ from graphcost.autotune.tune import MIN_GAIN, clearly_faster, headroom_note
 from graphcost.data.synthetic import make_layout_graph, make_tile_graph
 from graphcost.models import ConfigScorer, Model
 from graphcost.stats import kendall_tau
-from graphcost.xla.configs import OPTION_KNOBS
+from graphcost.xla.options import OPTION_KNOBS
 
 torch.set_num_threads(1)
 

@@ -23,7 +23,7 @@ from graphcost.autotune.program import load_target
 from graphcost.autotune.strategy import CoordinateSearch, RandomSearch, make_strategy
 from graphcost.cli import main
 from graphcost.stats import ratio_interval
-from graphcost.xla.configs import OPTION_KNOBS
+from graphcost.xla.options import OPTION_KNOBS
 from graphcost.xla.timing import Protocol
 
 NK = len(OPTION_KNOBS)
@@ -224,10 +224,10 @@ def test_stored_headroom_reads_each_programs_best_over_its_default(tmp_path):
     from graphcost.bench.online import stored_headroom
     from graphcost.data.synthetic import make_tile_graph
     from graphcost.formats.npz import write_graph
-    from graphcost.xla.configs import option_features
+    from graphcost.xla.options import OptionConfig
 
     g = make_tile_graph(np.random.default_rng(0), num_nodes=10, num_configs=3, name="p.000")
-    g.config_feat = np.stack([option_features(c) for c in
+    g.config_feat = np.stack([OptionConfig(c).features() for c in
                               [(0,) * NK, (1,) + (0,) * (NK - 1), (0, 1) + (0,) * (NK - 2)]])
     g.config_runtime = np.array([300, 200, 400])
     write_graph(tmp_path / "npz" / "options" / "cpu" / "test" / "p.000.npz", g)

@@ -30,7 +30,9 @@ from graphcost.data.collection import open_collection
 from graphcost.errors import UserError
 from graphcost.formats import LayoutGraph, TileGraph, write_graph
 from graphcost.train.settings import TrainSettings
-from graphcost.xla.configs import OPTION_KNOBS, default_options, option_features
+from graphcost.xla.options import OPTION_KNOBS, OptionConfig
+
+DEFAULT = OptionConfig.default().choices
 
 NK = len(OPTION_KNOBS)
 
@@ -48,7 +50,7 @@ def tile(options: list[tuple[int, ...]], runtime, name: str = "fam.000") -> Tile
     runtime = np.asarray(runtime, dtype=np.float64)
     return TileGraph(name=name, node_feat=np.ones((2, 140), np.float32),
                      node_opcode=np.array([63, 2]), edge_index=np.array([[1, 0]]),
-                     config_feat=np.stack([option_features(o) for o in options]),
+                     config_feat=np.stack([OptionConfig(o).features() for o in options]),
                      config_runtime=runtime,
                      config_runtime_normalizers=np.full(len(options), 1.0))
 
@@ -190,7 +192,7 @@ def test_program_row_keeps_the_default_unless_the_stored_rounds_say_clearly_fast
     """Stored rounds decide: a config 5% faster whose rounds disagree by 30% is noise (the
     model's choice stays the default; `model_fastest`, without the rule, takes it); one
     faster beyond its rounds' spread is chosen; the pool's best ignores the rule."""
-    g = tile([default_options(), opt(no_fusion=1), opt(fast_math=1)], [10.0, 9.5, 9.0])
+    g = tile([DEFAULT, opt(no_fusion=1), opt(fast_math=1)], [10.0, 9.5, 9.0])
     rounds = np.array([[10.0, 10.1], [9.5, 12.4], [9.0, 9.05]])
     noisy = program_row("fam.003", g, [[0.0, 0.1, 0.9]], [0.0, 0.1, 0.9], 1, rounds)
     assert noisy["clear"] == [2]
@@ -206,7 +208,7 @@ def test_program_row_keeps_the_default_unless_the_stored_rounds_say_clearly_fast
 
 
 def test_default_index_finds_the_default_option_row_anywhere():
-    rows = [opt(no_fusion=1), opt(backend_optimization_level=1), default_options(),
+    rows = [opt(no_fusion=1), opt(backend_optimization_level=1), DEFAULT,
             opt(max_isa=3)]
     assert default_index(tile(rows, [1, 2, 3, 4])) == 2
     # an all-zero feature row is not the default (the default's codes are not all 0)
@@ -273,7 +275,7 @@ def test_best_of_needs_a_strictly_faster_measured_pick_at_any_default():
 # ------------------------------------------------------------------ program_row
 
 #: default at row 2 (10 ns); row 0 failed; the pool's best is row 4 (7 ns)
-ROW_OPTS = [opt(no_fusion=1), opt(fast_math=1), default_options(), opt(max_isa=2),
+ROW_OPTS = [opt(no_fusion=1), opt(fast_math=1), DEFAULT, opt(max_isa=2),
             opt(prefer_vector_width=2), opt(backend_optimization_level=3)]
 ROW_RT = [np.nan, 9.0, 10.0, 11.0, 7.0, 8.0]
 K = 2
@@ -317,10 +319,10 @@ def test_program_row_agrees_with_brute_force_on_random_pools(seed):
     n = 9
     opts = [cfgs[i] for i in rng.choice(len(cfgs), n, replace=False)]
     d = int(rng.integers(n))
-    opts[d] = default_options()
+    opts[d] = DEFAULT
     opts = list(dict.fromkeys(opts))  # (a drawn non-default never equals the default twice)
     n = len(opts)
-    d = opts.index(default_options())
+    d = opts.index(DEFAULT)
     rt = rng.uniform(5, 15, n)
     rt[rng.choice([i for i in range(n) if i != d], 2, replace=False)] = np.nan
     preds = [list(rng.normal(size=n)) for _ in range(3)]
@@ -342,7 +344,7 @@ def test_program_row_agrees_with_brute_force_on_random_pools(seed):
 
 
 def test_program_row_random_when_nothing_can_beat_the_default():
-    g = tile([default_options(), opt(no_fusion=1), opt(fast_math=1)], [5.0, 6.0, np.nan])
+    g = tile([DEFAULT, opt(no_fusion=1), opt(fast_math=1)], [5.0, 6.0, np.nan])
     row = program_row("fam.002", g, [[0.0, 0.1, 0.2]], [0.0, 0.2, 0.1], 3)
     assert row["stored"]["random"] == 1.0 == brute_random([5.0, 6.0, np.nan], 0, 3)
     assert row["choice"] == {"pool": 0, "default": 0, "portfolio": 0, "model": [0],
@@ -461,7 +463,7 @@ def fake_tunable() -> SimpleNamespace:
 
 
 def test_stored_configs_reads_option_codes_back_into_choices():
-    choices = [default_options(), opt(no_fusion=1), opt(backend_optimization_level=1),
+    choices = [DEFAULT, opt(no_fusion=1), opt(backend_optimization_level=1),
                opt(backend_optimization_level=3, prefer_vector_width=1),
                opt(prefer_vector_width=2, max_isa=3, fast_math=1),
                tuple(len(k.choices) - 1 for k in OPTION_KNOBS)]
@@ -476,7 +478,7 @@ def test_stored_configs_round_trips_every_option_config():
 
 
 def test_stored_configs_refuses_an_unknown_knob_code():
-    g = tile([default_options(), opt(prefer_vector_width=1)], [1.0, 2.0], name="mlp.004")
+    g = tile([DEFAULT, opt(prefer_vector_width=1)], [1.0, 2.0], name="mlp.004")
     g.config_feat[1, 4] = 0.75  # prefer_vector_width's codes are 1, 0.5 and 2
     with pytest.raises(UserError, match=r"mlp\.004.*knob code"):
         stored_configs(fake_tunable(), g, "options:cpu", 0, 24)
@@ -503,15 +505,15 @@ def test_confirm_set_holds_every_possible_end_once_default_first():
 
 #: program → (options of its pool, stored runtimes); families mlp (2), conv (1), attn (2)
 PROGRAMS = {
-    "mlp.000": ([default_options(), opt(no_fusion=1), opt(fast_math=1), opt(max_isa=1)],
+    "mlp.000": ([DEFAULT, opt(no_fusion=1), opt(fast_math=1), opt(max_isa=1)],
                 [10.0, 8.0, 11.0, 9.5]),
-    "mlp.001": ([opt(no_fusion=1), default_options(), opt(max_isa=2), opt(fast_math=1)],
+    "mlp.001": ([opt(no_fusion=1), DEFAULT, opt(max_isa=2), opt(fast_math=1)],
                 [12.0, 10.0, 9.0, 10.2]),
-    "conv.000": ([opt(max_isa=3), opt(fast_math=1), default_options(), opt(no_fusion=1)],
+    "conv.000": ([opt(max_isa=3), opt(fast_math=1), DEFAULT, opt(no_fusion=1)],
                  [20.0, 21.0, 20.5, 15.0]),
-    "attn.000": ([default_options(), opt(prefer_vector_width=1), opt(no_fusion=1),
+    "attn.000": ([DEFAULT, opt(prefer_vector_width=1), opt(no_fusion=1),
                   opt(max_isa=1)], [5.0, 5.5, 6.0, 5.2]),
-    "attn.001": ([opt(fast_math=1), opt(no_fusion=1), opt(max_isa=3), default_options()],
+    "attn.001": ([opt(fast_math=1), opt(no_fusion=1), opt(max_isa=3), DEFAULT],
                  [7.0, 8.0, 6.0, 7.5]),
 }
 SPLIT = {"mlp.000": "train", "mlp.001": "valid", "conv.000": "test", "attn.000": "train",
@@ -590,7 +592,7 @@ def test_the_command_prints_the_stored_table_per_family_and_headroom(bench_dirs,
     rows = {r["program"]: r for r in result["rows"]}
     assert set(rows) == set(PROGRAMS)
     for name, (opts, rt) in PROGRAMS.items():
-        d = opts.index(default_options())
+        d = opts.index(DEFAULT)
         r = rows[name]
         assert r["default"] == d
         assert r["choice"]["model"] == [brute_pick(preds[s][name], rt, d, 2) for s in (0, 1)]

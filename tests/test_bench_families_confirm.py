@@ -23,7 +23,7 @@ from graphcost.cli import main  # noqa: E402
 from graphcost.data.collection import open_collection  # noqa: E402
 from graphcost.formats.npz import read_graph  # noqa: E402
 from graphcost.kinds import space_of  # noqa: E402
-from graphcost.xla.configs import option_features  # noqa: E402
+from graphcost.xla.options import OptionConfig  # noqa: E402
 from graphcost.xla.programs import make_program  # noqa: E402
 
 FAMILIES = ("mlp", "reduction")  # the cheapest zoo families; two give two folds
@@ -301,7 +301,7 @@ def test_stored_configs_map_every_stored_row_back_to_its_config(collection, kind
             for row, config in enumerate(configs):
                 assert all(0 <= c < len(k.choices) for k, c in zip(t.configs.knobs, config,
                                                                    strict=True))
-                np.testing.assert_array_equal(option_features(config), stored[row],
+                np.testing.assert_array_equal(OptionConfig(config).features(), stored[row],
                                               err_msg=f"{name} row {row}")
         else:
             stored = np.asarray(g.node_config_feat, dtype=np.float32)

@@ -13,7 +13,7 @@ from click.testing import CliRunner
 from graphcost.bench import knobs as bench
 from graphcost.cli import main
 from graphcost.errors import UserError
-from graphcost.xla.configs import CANDIDATE_KNOBS, OPTION_KNOBS, Knob
+from graphcost.xla.options import CANDIDATE_KNOBS, OPTION_KNOBS, Knob
 from graphcost.xla.timing import Protocol
 
 FAMILY = "pyramid"  # the cheapest zoo family: compiles in ~20 ms, runs in ~1 ms

@@ -17,7 +17,7 @@ from graphcost.models import Model, score_graph
 from graphcost.models.base import collate
 from graphcost.models.registry import MODELS, model_names
 from graphcost.train import TrainSettings, fit
-from graphcost.xla.configs import OPTION_KNOBS, default_options, option_features
+from graphcost.xla.options import OPTION_KNOBS, OptionConfig
 
 NK = len(OPTION_KNOBS)
 
@@ -79,7 +79,7 @@ def test_changed_bytes_counts_only_layouts_set_to_another_order():
 def test_default_first_puts_the_default_first_and_ties_the_rest():
     np.testing.assert_array_equal(scores("default-first", [layout_graph(LAYOUTS)]),
                                   [0, 1, 1, 1, 1])
-    tile = tile_graph([default_options(), (1,) + (0,) * (NK - 1), (0, 1) + (0,) * (NK - 2)])
+    tile = tile_graph([(0,) * NK, (1,) + (0,) * (NK - 1), (0, 1) + (0,) * (NK - 2)])
     np.testing.assert_array_equal(scores("default-first", [tile]), [0, 1, 1])
     no_default = tile_graph([(1,) + (0,) * (NK - 1), (0, 1) + (0,) * (NK - 2)])
     np.testing.assert_array_equal(scores("default-first", [tile], no_default), [1, 1])
@@ -97,7 +97,7 @@ def tile_graph(options: list[tuple[int, ...]], runtime=None, name: str = "t") ->
 
 
 def option_features_of(options: list[tuple[int, ...]]) -> np.ndarray:
-    return np.stack([option_features(o) for o in options])
+    return np.stack([OptionConfig(o).features() for o in options])
 
 
 def test_config_only_recovers_each_knob_choices_effect_on_log_runtime():
@@ -131,7 +131,7 @@ def test_a_rule_scores_a_batch_as_it_scores_each_graph_alone(name, kind):
         if kind == "layout":
             g.node_config_feat[0] = -1
         else:
-            g.config_feat[0] = option_features(default_options())
+            g.config_feat[0] = OptionConfig.default().features()
     m = Model(name, kind)
     m.build(m.fit_transform(graphs))
     tensors = [m.prepare(g) for g in graphs]

@@ -8,17 +8,15 @@ jnp = jax.numpy
 
 from graphcost.formats.npz import LayoutGraph, TileGraph  # noqa: E402
 from graphcost.formats.validate import validate_graph  # noqa: E402
-from graphcost.xla.configs import (  # noqa: E402
+from graphcost.xla.configs import LayoutSpace, sample_layout_plans  # noqa: E402
+from graphcost.xla.fingerprint import fingerprint  # noqa: E402
+from graphcost.xla.options import (  # noqa: E402
     OPTION_KNOBS,
     Knob,
-    LayoutSpace,
+    OptionConfig,
     check_knobs,
-    compiler_options,
-    option_features,
-    sample_layout_plans,
     sample_option_configs,
 )
-from graphcost.xla.fingerprint import fingerprint  # noqa: E402
 from graphcost.xla.prepare import (  # noqa: E402
     Prepared,
     measure_layout,
@@ -133,14 +131,14 @@ def test_outputs_agree_tolerates_rounding_only():
 def test_option_encoding_and_sampling():
     configs = sample_option_configs(10, np.random.default_rng(0))
     assert configs[0] == (0,) * len(OPTION_KNOBS) and len(set(configs)) == 10
-    assert compiler_options(configs[0]) == {}
-    assert option_features(configs[0]).shape == (24,)
+    assert OptionConfig(configs[0]).compiler_options() == {}
+    assert OptionConfig(configs[0]).features().shape == (24,)
     c = tuple(1 if k.name in ("no_fusion", "no_parallel_task_assigner", "fast_math") else 0
               for k in OPTION_KNOBS)
-    opts = compiler_options(c)
+    opts = OptionConfig(c).compiler_options()
     assert opts == {"xla_disable_hlo_passes": "fusion,cpu-parallel-task-assigner",
                     "xla_cpu_enable_fast_math": True}
-    assert option_features(c)[-1] == 3
+    assert OptionConfig(c).features()[-1] == 3
 
 
 def test_unknown_option_name_fails_to_compile():

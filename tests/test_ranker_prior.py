@@ -17,7 +17,7 @@ from graphcost.data.synthetic import write_collection
 from graphcost.errors import SettingsError
 from graphcost.models import Model, score_graph
 from graphcost.train import TrainSettings, fit
-from graphcost.xla.configs import OPTION_KNOBS
+from graphcost.xla.options import OPTION_KNOBS
 
 torch.set_num_threads(1)
 MIB = 2.0**20

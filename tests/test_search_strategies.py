@@ -30,7 +30,7 @@ from graphcost.autotune.table import Table, decode_options, move_prior, read_tab
 from graphcost.bench.search import anytime
 from graphcost.cli import main
 from graphcost.errors import UserError
-from graphcost.xla.configs import OPTION_KNOBS, option_features
+from graphcost.xla.options import OPTION_KNOBS, OptionConfig
 from graphcost.xla.prepare import cover_option_configs
 
 SAMPLE = Path(__file__).resolve().parents[1] / "graphcost" / "sample" / "npz" / "options" / "cpu"
@@ -236,7 +236,7 @@ def test_cover_order_is_the_default_every_single_then_every_pair():
 
 def test_decode_reads_back_every_option_config():
     configs = cover_option_configs(150, np.random.default_rng(1))
-    features = np.stack([option_features(c) for c in configs])
+    features = np.stack([OptionConfig(c).features() for c in configs])
     assert decode_options(features, Path("t.npz")) == configs
 
 

@@ -16,15 +16,8 @@ import numpy as np
 
 from graphcost.atomic import write_text
 from graphcost.errors import UserError
-from graphcost.xla.configs import (
-    CANDIDATE_KNOBS,
-    MAX_RANK,
-    OPTION_KNOBS,
-    POINT_PRIMITIVES,
-    ROLES,
-    LayoutPlan,
-    LayoutSpace,
-)
+from graphcost.xla.configs import MAX_RANK, POINT_PRIMITIVES, ROLES, LayoutPlan, LayoutSpace
+from graphcost.xla.options import CANDIDATE_KNOBS, OPTION_KNOBS
 
 CONFIG_FORMAT = "graphcost-autotune/1"
 POINT_KINDS = ("parameter", *dict.fromkeys(POINT_PRIMITIVES.values()))

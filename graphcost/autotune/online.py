@@ -36,12 +36,13 @@ from typing import Any
 import numpy as np
 
 from graphcost.autotune.program import Tunable, executable_and_inputs, pinned, prepare
-from graphcost.autotune.strategy import STRATEGIES, OptionsConfig, Strategy, make_strategy
+from graphcost.autotune.strategy import STRATEGIES, Strategy, make_strategy
 from graphcost.autotune.table import bundled_prior
 from graphcost.autotune.tune import MIN_GAIN, confirm
 from graphcost.errors import UserError
 from graphcost.stats import ratio_interval
 from graphcost.xla.fingerprint import fingerprint
+from graphcost.xla.options import Choices, OptionConfig
 from graphcost.xla.timing import AUTOTUNING, Protocol, error_line, time_executables
 
 DEFAULT_STRATEGY = "coordinate"
@@ -108,9 +109,9 @@ class Measurer:
         self.default_key = fingerprint(t.default_exe.as_text(), {})
         # executable -> (runtime / default's, status, error)
         self.timed: dict[int, tuple[float, str, str]] = {self.default_key: (1.0, "ok", "")}
-        self.compiled: dict[OptionsConfig, int | str] = {}  # config -> executable, or its error
+        self.compiled: dict[Choices, int | str] = {}  # config -> executable, or its error
 
-    def measure(self, config: OptionsConfig) -> tuple[int | None, float, str, str]:
+    def measure(self, config: Choices) -> tuple[int | None, float, str, str]:
         """(executable key, runtime / default's, status, error) of `config`; a config
         compiled before is not compiled again, an executable timed before not timed again;
         a config that fails to compile has no key."""
@@ -282,7 +283,7 @@ def _options_model(model: Any) -> Any:
     return m
 
 
-def _model_scores(m: Any, t: Tunable, candidates: list[OptionsConfig],
+def _model_scores(m: Any, t: Tunable, candidates: list[Choices],
                   seed: int) -> np.ndarray:
     """The cost model's score of every candidate (lower = faster)."""
     from graphcost.autotune.costmodel import CostModel
@@ -311,7 +312,7 @@ def format_online(r: OnlineResult) -> str:
     if not any(r.chosen):
         lines.append("kept the default: nothing found was clearly faster in the fresh rounds")
     else:
-        lines.append(f"chosen: {r.config.get('options', {})}, {x:.3f}x [{lo:.3f}, {hi:.3f}] "
+        lines.append(f"chosen: {OptionConfig(tuple(r.chosen))}, {x:.3f}x [{lo:.3f}, {hi:.3f}] "
                      f"over the default in {len(r.confirmed['default'])} fresh rounds (95% "
                      "intervals over the rounds)")
     return "\n".join(lines)

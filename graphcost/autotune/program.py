@@ -20,7 +20,8 @@ from graphcost.autotune.chosen import CONFIG_FORMAT, signature
 from graphcost.autotune.space import Config, LayoutSearchSpace, OptionSearchSpace, SearchSpace
 from graphcost.errors import UserError
 from graphcost.formats.npz import LayoutGraph, TileGraph
-from graphcost.xla.configs import LayoutPlan, LayoutSpace, compiler_options
+from graphcost.xla.configs import LayoutPlan, LayoutSpace
+from graphcost.xla.options import OptionConfig
 from graphcost.xla.timing import Protocol, time_configs
 
 
@@ -55,7 +56,7 @@ class Tunable:
     def plan_and_options(self, config: Config) -> tuple[LayoutPlan, dict[str, Any]]:
         if self.configs.kind == "layout":
             return config, {}
-        return {}, compiler_options(config, self.configs.knobs)
+        return {}, OptionConfig(config, self.configs.knobs).compiler_options()
 
     def graph_of(self, feat: np.ndarray,
                  runtime_ns: np.ndarray | None = None) -> LayoutGraph | TileGraph:

@@ -10,7 +10,8 @@ move changes: a layout slot (one tensor of one configurable node) or one compile
   (`xla.configs`: its slots and how to compile a plan) restricted to the points found in
   the compiled module; plans are encoded as (C, nc, 18) over those points in node order
   (exactly as `measure_layout` writes them).
-- `OptionSearchSpace`: choice tuples over `OPTION_KNOBS`, encoded by `option_features`.
+- `OptionSearchSpace`: choice tuples over `OPTION_KNOBS`, encoded as their
+  `OptionConfig`'s features (`xla.options`).
 """
 
 from __future__ import annotations
@@ -22,19 +23,10 @@ from typing import Any
 
 import numpy as np
 
-from graphcost.xla.configs import (
-    OPTION_KNOBS,
-    Knob,
-    LayoutPlan,
-    LayoutSpace,
-    OptionsConfig,
-    default_options,
-    option_features,
-    sample_layout_plans,
-    sample_option_configs,
-)
+from graphcost.xla.configs import LayoutPlan, LayoutSpace, sample_layout_plans
+from graphcost.xla.options import OPTION_KNOBS, Choices, Knob, OptionConfig, sample_option_configs
 
-Config = Any  # a LayoutPlan or an OptionsConfig
+Config = Any  # a LayoutPlan or an options config's Choices
 MAX_PERMUTATIONS = 24  # a slot of rank <= 4 offers every order; larger ranks a sample
 
 
@@ -112,7 +104,7 @@ class LayoutSearchSpace:
 
 class OptionSearchSpace:
     """The compiler-option configs search may try: one choice index per knob (the
-    default: `xla.configs.default_options`)."""
+    default: all zeros, `OptionConfig.default`)."""
 
     kind = "options"  # the space it searches (graphcost.kinds)
 
@@ -120,37 +112,37 @@ class OptionSearchSpace:
         self.knobs = tuple(knobs)
         self.units = list(range(len(self.knobs)))
 
-    def default(self) -> OptionsConfig:
-        return default_options(self.knobs)
+    def default(self) -> Choices:
+        return OptionConfig.default(self.knobs).choices
 
-    def key(self, config: OptionsConfig) -> Hashable:
+    def key(self, config: Choices) -> Hashable:
         return tuple(config)
 
     def size(self) -> int:
         return math.prod(len(k.choices) for k in self.knobs)
 
-    def enumerate(self) -> list[OptionsConfig]:
+    def enumerate(self) -> list[Choices]:
         return [tuple(c) for c in itertools.product(*(range(len(k.choices))
                                                       for k in self.knobs))]
 
-    def sample(self, count: int, rng: np.random.Generator) -> list[OptionsConfig]:
+    def sample(self, count: int, rng: np.random.Generator) -> list[Choices]:
         """The default, then configs with each knob off its default w.p. 0.3."""
         return sample_option_configs(count, rng, knobs=self.knobs)
 
-    def values(self, config: OptionsConfig, unit: int) -> list[OptionsConfig]:
+    def values(self, config: Choices, unit: int) -> list[Choices]:
         return [config[:unit] + (c,) + config[unit + 1:]
                 for c in range(len(self.knobs[unit].choices)) if c != config[unit]]
 
-    def mutate(self, config: OptionsConfig, rng: np.random.Generator) -> OptionsConfig:
+    def mutate(self, config: Choices, rng: np.random.Generator) -> Choices:
         options = self.values(config, int(rng.integers(len(self.knobs))))
         return options[int(rng.integers(len(options)))]
 
-    def cross(self, a: OptionsConfig, b: OptionsConfig,
-              rng: np.random.Generator) -> OptionsConfig:
+    def cross(self, a: Choices, b: Choices,
+              rng: np.random.Generator) -> Choices:
         return tuple(x if rng.random() < 0.5 else y for x, y in zip(a, b, strict=True))
 
-    def encode(self, configs: Sequence[OptionsConfig]) -> np.ndarray:
-        return np.stack([option_features(c, self.knobs) for c in configs])
+    def encode(self, configs: Sequence[Choices]) -> np.ndarray:
+        return np.stack([OptionConfig(c, self.knobs).features() for c in configs])
 
 
 def _with(plan: LayoutPlan, slot: tuple[int, str], order: tuple[int, ...] | None) -> LayoutPlan:

@@ -2,7 +2,7 @@
 
 A strategy proposes configs (`ask`), a measurer times them, and the strategy is told the
 runtimes (`tell`), as in Optuna's `study.ask()` / `study.tell()` and TVM MetaSchedule's
-`SearchStrategy`. A config is a tuple of one choice index per knob (`OptionsConfig`); all
+`SearchStrategy`. A config is a tuple of one choice index per knob (`xla.options.Choices`); all
 zeros is the compiler's default, measured before any strategy asks. The candidates are a
 finite list: the whole space, or the configs a table measured (`bench search`), so a
 proposal is always something the measurer can time.
@@ -38,7 +38,7 @@ from typing import Protocol
 import numpy as np
 
 from graphcost.errors import UserError
-from graphcost.xla.configs import OptionsConfig
+from graphcost.xla.options import Choices
 
 Move = tuple[int, int]  # a single knob change: (knob, value)
 #: every strategy by name; the ones starting "model" need a cost model's scores, the
@@ -54,14 +54,14 @@ class Strategy(Protocol):
 
     name: str
 
-    def ask(self) -> OptionsConfig | None:
+    def ask(self) -> Choices | None:
         """The next config to measure, never one told already; None when none is left."""
 
-    def tell(self, config: OptionsConfig, runtime: float) -> None:
+    def tell(self, config: Choices, runtime: float) -> None:
         """The measured runtime of `config` (the default is told first)."""
 
 
-def onehot(configs: Sequence[OptionsConfig], choices: Sequence[int]) -> np.ndarray:
+def onehot(configs: Sequence[Choices], choices: Sequence[int]) -> np.ndarray:
     """One column per knob value, 1 where a config takes that value."""
     offsets = np.concatenate([[0], np.cumsum(choices)])
     out = np.zeros((len(configs), int(offsets[-1])))
@@ -75,30 +75,30 @@ class _Base:
 
     name = "base"
 
-    def __init__(self, candidates: Sequence[OptionsConfig], seed: int = 0):
+    def __init__(self, candidates: Sequence[Choices], seed: int = 0):
         self.candidates = [tuple(c) for c in candidates]
         self.rng = np.random.default_rng(seed)
-        self.told: dict[OptionsConfig, float] = {}
+        self.told: dict[Choices, float] = {}
 
-    def tell(self, config: OptionsConfig, runtime: float) -> None:
+    def tell(self, config: Choices, runtime: float) -> None:
         self.told[tuple(config)] = float(runtime)
 
     @property
-    def best(self) -> OptionsConfig:
+    def best(self) -> Choices:
         return min(self.told, key=self.told.get)
 
-    def untold(self) -> list[OptionsConfig]:
+    def untold(self) -> list[Choices]:
         return [c for c in self.candidates if c not in self.told]
 
 
 class RandomSearch(_Base):
     name = "random"
 
-    def __init__(self, candidates: Sequence[OptionsConfig], seed: int = 0):
+    def __init__(self, candidates: Sequence[Choices], seed: int = 0):
         super().__init__(candidates, seed)
         self.order = [self.candidates[i] for i in self.rng.permutation(len(self.candidates))]
 
-    def ask(self) -> OptionsConfig | None:
+    def ask(self) -> Choices | None:
         return next((c for c in self.order if c not in self.told), None)
 
 
@@ -108,7 +108,7 @@ class CoordinateSearch(_Base):
 
     name = "coordinate"
 
-    def __init__(self, candidates: Sequence[OptionsConfig], choices: Sequence[int],
+    def __init__(self, candidates: Sequence[Choices], choices: Sequence[int],
                  seed: int = 0):
         super().__init__(candidates, seed)
         self.choices = list(choices)
@@ -116,12 +116,12 @@ class CoordinateSearch(_Base):
         self.knob = 0
         self.fallback = RandomSearch(candidates, seed)
 
-    def _moves(self, base: OptionsConfig, knob: int) -> list[OptionsConfig]:
+    def _moves(self, base: Choices, knob: int) -> list[Choices]:
         return [m for v in range(self.choices[knob]) if v != base[knob]
                 and (m := base[:knob] + (v,) + base[knob + 1:]) in self.known
                 and m not in self.told]
 
-    def ask(self) -> OptionsConfig | None:
+    def ask(self) -> Choices | None:
         base = self.best
         for step in range(len(self.choices)):
             knob = (self.knob + step) % len(self.choices)
@@ -138,7 +138,7 @@ class TpeSearch(_Base):
 
     name = "tpe"
 
-    def __init__(self, candidates: Sequence[OptionsConfig], choices: Sequence[int],
+    def __init__(self, candidates: Sequence[Choices], choices: Sequence[int],
                  seed: int = 0):
         import optuna
 
@@ -148,9 +148,9 @@ class TpeSearch(_Base):
         self.dists = {f"k{i}": optuna.distributions.CategoricalDistribution(list(range(n)))
                       for i, n in enumerate(choices)}
         self.study = optuna.create_study(sampler=optuna.samplers.TPESampler(seed=seed))
-        self.pending: dict[OptionsConfig, object] = {}
+        self.pending: dict[Choices, object] = {}
 
-    def ask(self) -> OptionsConfig | None:
+    def ask(self) -> Choices | None:
         untold = self.untold()
         if not untold:
             return None
@@ -166,7 +166,7 @@ class TpeSearch(_Base):
         self.pending[proposed] = trial
         return proposed
 
-    def tell(self, config: OptionsConfig, runtime: float) -> None:
+    def tell(self, config: Choices, runtime: float) -> None:
         super().tell(config, runtime)
         value = float(np.log(runtime))
         trial = self.pending.pop(tuple(config), None)
@@ -183,13 +183,13 @@ class ModelOrder(_Base):
 
     name = "model"
 
-    def __init__(self, candidates: Sequence[OptionsConfig], scores: Sequence[float],
+    def __init__(self, candidates: Sequence[Choices], scores: Sequence[float],
                  seed: int = 0):
         super().__init__(candidates, seed)
         self.scores = np.asarray(scores, dtype=np.float64)
         self.order = [self.candidates[i] for i in np.argsort(self.scores, kind="stable")]
 
-    def ask(self) -> OptionsConfig | None:
+    def ask(self) -> Choices | None:
         return next((c for c in self.order if c not in self.told), None)
 
 
@@ -205,7 +205,7 @@ class ModelOnline(_Base):
 
     name = "model-online"
 
-    def __init__(self, candidates: Sequence[OptionsConfig], scores: Sequence[float],
+    def __init__(self, candidates: Sequence[Choices], scores: Sequence[float],
                  choices: Sequence[int], seed: int = 0, ridge: float = 1.0):
         super().__init__(candidates, seed)
         s = np.asarray(scores, dtype=np.float64)
@@ -227,7 +227,7 @@ class ModelOnline(_Base):
         coef = np.linalg.solve(x.T @ x + penalty + 1e-9 * np.eye(x.shape[1]), x.T @ y)
         return np.column_stack([self.s, np.ones(len(self.s)), self.onehot]) @ coef
 
-    def ask(self) -> OptionsConfig | None:
+    def ask(self) -> Choices | None:
         score = self.corrected()
         for i in np.argsort(score, kind="stable"):
             if self.candidates[i] not in self.told:
@@ -241,14 +241,14 @@ class ModelCoordinate(_Base):
 
     name = "model-coordinate"
 
-    def __init__(self, candidates: Sequence[OptionsConfig], scores: Sequence[float],
+    def __init__(self, candidates: Sequence[Choices], scores: Sequence[float],
                  seed: int = 0):
         super().__init__(candidates, seed)
         self.score = dict(zip(self.candidates, np.asarray(scores, dtype=np.float64),
                               strict=True))
         self.fallback = ModelOrder(candidates, scores, seed)
 
-    def ask(self) -> OptionsConfig | None:
+    def ask(self) -> Choices | None:
         self.fallback.told = self.told
         if len(self.told) <= 1:  # only the default: the model's first pick
             return self.fallback.ask()
@@ -276,7 +276,7 @@ class TreeSearch(_Base):
 
     name = "trees"
 
-    def __init__(self, candidates: Sequence[OptionsConfig], choices: Sequence[int],
+    def __init__(self, candidates: Sequence[Choices], choices: Sequence[int],
                  seed: int = 0, scores: Sequence[float] | None = None, elite: int = 5,
                  eps: float = 0.05, warmup: int = 3):
         try:
@@ -309,7 +309,7 @@ class TreeSearch(_Base):
         trees = self.lightgbm.train(params, data, num_boost_round=50)
         return trees.predict(self.x[rows])
 
-    def ask(self) -> OptionsConfig | None:
+    def ask(self) -> Choices | None:
         untold = np.array([self.index[c] for c in self.untold()], dtype=np.int64)
         if not len(untold):
             return None
@@ -338,7 +338,7 @@ class PriorSearch(_Base):
 
     name = "prior"
 
-    def __init__(self, candidates: Sequence[OptionsConfig], choices: Sequence[int],
+    def __init__(self, candidates: Sequence[Choices], choices: Sequence[int],
                  prior: Mapping[Move, float], seed: int = 0, switch: int | None = None,
                  scores: Sequence[float] | None = None, after: str = "trees"):
         super().__init__(candidates, seed)
@@ -352,11 +352,11 @@ class PriorSearch(_Base):
                           TreeSearch(candidates, choices, seed, scores, eps=0.0, warmup=0))
             self.name = ("model-" if scores is not None else "") + f"prior-{after}"
 
-    def tell(self, config: OptionsConfig, runtime: float) -> None:
+    def tell(self, config: Choices, runtime: float) -> None:
         super().tell(config, runtime)
         self.after.tell(config, runtime)
 
-    def ask(self) -> OptionsConfig | None:
+    def ask(self) -> Choices | None:
         if self.switch is None or len(self.told) <= self.switch:
             best = self.best
             for k, v in self.order:
@@ -366,7 +366,7 @@ class PriorSearch(_Base):
         return self.after.ask()
 
 
-def make_strategy(name: str, candidates: Sequence[OptionsConfig], choices: Sequence[int],
+def make_strategy(name: str, candidates: Sequence[Choices], choices: Sequence[int],
                   seed: int = 0, scores: Sequence[float] | None = None,
                   prior: Mapping[Move, float] | None = None) -> Strategy:
     """The strategy `name` of STRATEGIES over `candidates` (`choices`: values per knob;

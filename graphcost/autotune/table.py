@@ -12,10 +12,10 @@ from pathlib import Path
 
 import numpy as np
 
-from graphcost.autotune.strategy import Move, OptionsConfig
+from graphcost.autotune.strategy import Move
 from graphcost.errors import UserError
 from graphcost.formats.npz import TileGraph, read_extra, read_graph
-from graphcost.xla.configs import OPTION_KNOBS, option_choices
+from graphcost.xla.options import Choices, OptionConfig
 
 
 @dataclasses.dataclass
@@ -23,7 +23,7 @@ class Table:
     """One program's measured configs: knob choices, runtimes and executables."""
 
     name: str
-    configs: list[OptionsConfig]
+    configs: list[Choices]
     runtime: np.ndarray  # seconds or ns, per config
     executable: np.ndarray  # an id per config; configs of one executable share it
     default: int  # the row of the all-default config
@@ -40,13 +40,13 @@ class Table:
         return float(self.runtime[self.default] / self.runtime.min())
 
 
-def decode_options(features: np.ndarray, path: Path) -> list[OptionsConfig]:
+def decode_options(features: np.ndarray, path: Path) -> list[Choices]:
     """Knob choices of each row of an options graph's `config_feat`
-    (`xla.configs.option_choices`)."""
+    (`xla.options.OptionConfig.from_features`)."""
     out = []
     for r, row in enumerate(np.asarray(features)):
         try:
-            out.append(option_choices(row))
+            out.append(OptionConfig.from_features(row).choices)
         except ValueError as e:
             raise UserError(f"{path}: config {r}: {e}: not an options:cpu graph") from None
     return out
@@ -58,7 +58,7 @@ def read_table(path: Path) -> Table:
     if not isinstance(g, TileGraph):
         raise UserError(f"{path}: a layout graph; bench search reads options tables")
     configs = decode_options(g.config_feat, path)
-    default = (0,) * len(OPTION_KNOBS)
+    default = OptionConfig.default().choices
     if default not in configs:
         raise UserError(f"{path}: no default config among its {len(configs)} configs")
     extra = read_extra(path)

@@ -122,12 +122,12 @@ def plot_anytime(curves: Mapping[str, Sequence[Sequence[float]]], path: str | Pa
 
 def default_index(g: Any) -> int:
     """The default config's row: no layout set (every feature −1) or every knob unset."""
-    from graphcost.xla.configs import default_options, option_features
+    from graphcost.xla.options import OptionConfig
 
     if isinstance(g, LayoutGraph):
         rows = np.all(np.asarray(g.node_config_feat) == -1, axis=(1, 2))
     else:
-        rows = np.all(np.asarray(g.config_feat) == option_features(default_options()), axis=1)
+        rows = np.all(np.asarray(g.config_feat) == OptionConfig.default().features(), axis=1)
     found = np.flatnonzero(rows)
     if not found.size:
         raise UserError(f"{g.name}: no default config among its {g.num_configs} configs; "

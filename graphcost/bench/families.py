@@ -125,7 +125,7 @@ def describe(g: Any, i: int) -> str:
     if isinstance(g, LayoutGraph):
         moved = int((np.asarray(g.node_config_feat[i]) != -1).any(axis=1).sum())
         return f"{moved} of {g.node_config_feat.shape[1]} configurable nodes' layouts set"
-    from graphcost.xla.configs import OPTION_KNOBS
+    from graphcost.xla.options import OPTION_KNOBS
 
     row = np.asarray(g.config_feat[i])
     words = [f"{k.name}={k.choices[k.codes.index(float(row[n]))]}"
@@ -155,12 +155,12 @@ def stored_configs(t: Any, g: Any, coll_kind: str, seed: int, distinct: int) -> 
     option knob codes read back into choices; layout plans sampled again exactly as the
     collection sampled them (`config_rng`) and matched to the stored rows by features."""
     if t.configs.kind == "options":
-        from graphcost.xla.configs import option_choices
+        from graphcost.xla.options import OptionConfig
 
         out = []
         for row in np.asarray(g.config_feat):
             try:
-                out.append(option_choices(row, t.configs.knobs))
+                out.append(OptionConfig.from_features(row, t.configs.knobs).choices)
             except ValueError:
                 raise UserError(f"{g.name}: a stored config has a knob code this graphcost "
                                 "does not know (collected with other option knobs)") from None

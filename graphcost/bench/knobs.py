@@ -24,13 +24,8 @@ from typing import Any
 
 from graphcost.bench import BenchResult
 from graphcost.errors import UserError
-from graphcost.xla.configs import (
-    CANDIDATE_KNOBS,
-    OPTION_KNOBS,
-    Knob,
-    LayoutSpace,
-    compiler_options,
-)
+from graphcost.xla.configs import LayoutSpace
+from graphcost.xla.options import CANDIDATE_KNOBS, OPTION_KNOBS, Knob, OptionConfig
 from graphcost.xla.timing import ConfigResult, Protocol
 
 DEFAULT = "default"
@@ -73,7 +68,7 @@ def time_program(name: str, fn: Callable, args: Sequence[Any], knobs: Sequence[K
 
     lowered = LayoutSpace(fn, tuple(args)).lower({})
     inputs = input_maker(args)
-    changes = {choice_label(k, c): (k, c, compiler_options(cfg, knobs))
+    changes = {choice_label(k, c): (k, c, OptionConfig(cfg, knobs).compiler_options())
                for k, c, cfg in single_knob_configs(knobs)}
     results: dict[str, ConfigResult] = {}
     runnable = {}

@@ -48,7 +48,7 @@ from graphcost.eval.folds import fold_model, fold_runs
 from graphcost.models.scorer import ConfigScorer
 from graphcost.stats import geomean_ci, ratio_of_means_ci, t_interval
 from graphcost.train.settings import TrainSettings
-from graphcost.xla.configs import OPTION_KNOBS
+from graphcost.xla.options import OPTION_KNOBS
 from graphcost.xla.timing import Protocol
 
 BUDGETS = (1, 2, 3, 5, 10, 20, 50)

@@ -219,7 +219,7 @@ def bench_apply_cmd(programs: str, calls: int, rounds: int, core: int | None,
 @click.option("--core", type=CORE, default=None,
               help="Pin to this core (default: the first one allowed).")
 @click.option("--candidates/--no-candidates", default=True, show_default=True,
-              help="also the candidate knobs (xla.configs.CANDIDATE_KNOBS), not only "
+              help="also the candidate knobs (xla.options.CANDIDATE_KNOBS), not only "
                    "the search space's OPTION_KNOBS")
 @json_option
 def bench_knobs_cmd(out_dir: str, families: str | None, per_family: int, runs: int,
@@ -229,7 +229,7 @@ def bench_knobs_cmd(out_dir: str, families: str | None, per_family: int, runs: i
     single-knob change timed against the default in the same rounds."""
     core = pin(core, no_pin=False)
     from graphcost.bench.knobs import bench_knobs, format_knobs
-    from graphcost.xla.configs import CANDIDATE_KNOBS, OPTION_KNOBS
+    from graphcost.xla.options import CANDIDATE_KNOBS, OPTION_KNOBS
     from graphcost.xla.timing import Protocol
 
     knobs = OPTION_KNOBS + (CANDIDATE_KNOBS if candidates else ())

@@ -62,7 +62,7 @@ def measure(program: str, kind: str, source: str, per_family: int, core: int | N
     from graphcost.xla.timing import Protocol
 
     if check_options:
-        from graphcost.xla.configs import check_knobs
+        from graphcost.xla.options import check_knobs
 
         for label, status in check_knobs().items():
             click.echo(f"  {label:45} {status}")

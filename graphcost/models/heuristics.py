@@ -36,7 +36,7 @@ from torch import Tensor, nn
 from graphcost import fields
 from graphcost.errors import SettingsError, UserError
 from graphcost.models.base import Batch, GraphTensors, RankingNet, pool_own
-from graphcost.xla.configs import default_options, option_features
+from graphcost.xla.options import OptionConfig
 
 
 @dataclass
@@ -171,7 +171,7 @@ class DefaultFirst(Heuristic):
 
     Layout: the default is the config with every entry −1. Tile: graphcost's options
     collections encode the default (every option unset) as
-    `xla.configs.option_features(default_options())`; published tile:xla files mark no
+    `xla.options.OptionConfig.default().features()`; published tile:xla files mark no
     default, so there `fit_closed_form` refuses, and any graph without a default config
     gets every config tied.
     """
@@ -180,7 +180,7 @@ class DefaultFirst(Heuristic):
 
     def __init__(self, kind: str, s: object, node_dim: int, config_dim: int):
         super().__init__(kind, s, node_dim, config_dim)
-        default = torch.from_numpy(option_features(default_options()))
+        default = torch.from_numpy(OptionConfig.default().features())
         self.register_buffer("default", default, persistent=False)
 
     def is_default(self, tile_configs: Tensor) -> Tensor:

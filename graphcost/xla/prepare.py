@@ -20,9 +20,9 @@ from typing import Any
 import numpy as np
 
 from graphcost.formats.records import Graph, LayoutGraph, TileGraph
-from graphcost.xla.configs import OPTION_KNOBS, Knob, OptionsConfig, sample_option_configs
 from graphcost.xla.extract import compiled_graph
 from graphcost.xla.fingerprint import fingerprint
+from graphcost.xla.options import OPTION_KNOBS, Choices, Knob, OptionConfig, sample_option_configs
 from graphcost.xla.timing import ConfigResult, Protocol, error_line, time_executables
 
 #: candidates sampled per wanted distinct executable before a space counts as exhausted
@@ -115,14 +115,14 @@ def config_rng(name: str, kind: str, seed: int) -> np.random.Generator:
 
 
 def cover_option_configs(count: int, rng: np.random.Generator,
-                         knobs: Sequence[Knob] = OPTION_KNOBS) -> list[OptionsConfig]:
+                         knobs: Sequence[Knob] = OPTION_KNOBS) -> list[Choices]:
     """`count` distinct configs that cover the space, for a table to search on: the
     default, then every change of one knob, then every change of two knobs (each group in
     a random order), then random configs (`sample_option_configs`)."""
     default = (0,) * len(knobs)
     moves = [(k, v) for k, knob in enumerate(knobs) for v in range(1, len(knob.choices))]
 
-    def setting(*changes: tuple[int, int]) -> OptionsConfig:
+    def setting(*changes: tuple[int, int]) -> Choices:
         c = list(default)
         for k, v in changes:
             c[k] = v
@@ -188,7 +188,7 @@ def prepare_options(name: str, fn: Callable, args: Sequence[Any], distinct: int 
                     ) -> Prepared:
     """Compile sampled compiler-option configs of `fn(*args)` (the default first)."""
 
-    from graphcost.xla.configs import LayoutSpace, compiler_options, option_features
+    from graphcost.xla.configs import LayoutSpace
 
     if configs is None:
         configs = sample_option_configs(distinct * ATTEMPTS_PER_DISTINCT,
@@ -196,11 +196,12 @@ def prepare_options(name: str, fn: Callable, args: Sequence[Any], distinct: int 
     lowered = LayoutSpace(fn, tuple(args)).lower({})  # once: each config only compiles
 
     def compile_one(config):
-        opts = compiler_options(config)
+        opts = OptionConfig(config).compiler_options()
         return lowered.compile(opts or None), opts
 
     prep = Prepared(name, "options", {}, None, [], [], {})
-    _compile_distinct(prep, configs, distinct, compile_one, option_features)
+    _compile_distinct(prep, configs, distinct, compile_one,
+                      lambda config: OptionConfig(config).features())
     if not prep.fingerprints or prep.failed and prep.failed[0][0] == 0:
         raise RuntimeError(f"{name}: the default options config did not compile")
     prep.hlo = _hlo_arrays(compiled_graph(prep.executables[prep.fingerprints[0]]))
