@@ -24,11 +24,7 @@ from graphcost.xla.prepare import (  # noqa: E402
     prepare_options,
     time_prepared,
 )
-from graphcost.xla.timing import (  # noqa: E402
-    Protocol,
-    outputs_agree,
-    time_configs,
-)
+from graphcost.xla.timing import Protocol, outputs_agree, time_executables  # noqa: E402
 
 FAST = Protocol(warmup=1, runs=3, max_run_s=30)  # no timeout on a busy machine
 
@@ -97,25 +93,35 @@ def test_measure_layout_writes_a_valid_graph():
     assert set(opcodes.tolist()) <= {63, 34, 31, 41}  # parameter, dot (or its wrapper)
 
 
-def test_impossible_layout_is_recorded_as_failed():
-    space = LayoutSpace(two_dots, _args())
-    plans = [{}, {(0, "out"): (1, 0)}, {(0, "out"): (0, 0)}]  # last: not a permutation
+def test_measure_times_each_executable_once_and_records_what_failed(monkeypatch):
+    """Autotuning times as collection does: a config that fails to compile is recorded
+    as failed, and configs that compile to one executable share one timing."""
+    import graphcost.autotune.program as program
 
-    def build(i):
-        exe = space.compile(plans[i])
-        formats = exe.input_formats[0]
-        return exe, [jax.device_put(x, f) for x, f in zip(space.leaves, formats, strict=True)]
+    t = program.prepare("two_dots", two_dots, _args(), "layout")
+    slot = t.configs.units[0]
+    rank = t.layout.rank(slot)
+    moved = {slot: tuple(reversed(range(rank)))}
+    plans = [{}, moved, dict(moved), {slot: (0,) * rank}]  # last: not a permutation
+    timed, real = [], program.time_executables
 
-    results, _ = time_configs(build, 3, FAST)
-    assert [r.status for r in results] == ["ok", "ok", "compile"]
-    assert results[2].error
+    def spy(runnables, protocol, reference=None, seed=0):
+        timed.append(len(runnables))
+        return real(runnables, protocol, reference, seed)
+
+    monkeypatch.setattr(program, "time_executables", spy)
+    results = program.measure(t, plans, FAST)
+    assert [r.status for r in results] == ["ok", "ok", "ok", "compile"]
+    assert results[3].error
+    assert timed == [2]  # the default and the moved plan; its twin is not timed again
+    assert results[2].rounds_ns == results[1].rounds_ns and results[2] is not results[1]
 
 
 def test_wrong_outputs_are_a_mismatch():
     x = jnp.ones((8, 8))
     good = jax.jit(lambda x: x * 2).lower(x).compile()
     bad = jax.jit(lambda x: x * 3).lower(x).compile()
-    results, _ = time_configs(lambda i: ((good, bad)[i], [x]), 2, FAST)
+    results = time_executables({0: (good, lambda: [x]), 1: (bad, lambda: [x])}, FAST, 0)
     assert results[0].ok and results[1].status == "mismatch"
     assert results[0].median_ns > 0 and results[0].min_ns <= results[0].median_ns
 

@@ -11,7 +11,7 @@ from __future__ import annotations
 import os
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 import numpy as np
@@ -21,8 +21,9 @@ from graphcost.autotune.space import Config, LayoutSearchSpace, OptionSearchSpac
 from graphcost.errors import UserError
 from graphcost.formats.npz import LayoutGraph, TileGraph
 from graphcost.xla.configs import LayoutPlan, LayoutSpace
+from graphcost.xla.fingerprint import fingerprint
 from graphcost.xla.options import OptionConfig
-from graphcost.xla.timing import Protocol, time_configs
+from graphcost.xla.timing import ConfigResult, Protocol, Runnable, error_line, time_executables
 
 
 def load_target(spec: str) -> tuple[str, Callable, tuple]:
@@ -131,14 +132,27 @@ def executable_and_inputs(layout: LayoutSpace, exe: Any) -> tuple[Any, list]:
 
 
 def measure(t: Tunable, configs: Sequence[Config], protocol: Protocol,
-            core: int | None = None) -> list:
-    """Time `configs` (the first is the output reference) with the docs/design.md §7 protocol."""
-
-    def build(i: int):
-        plan, opts = t.plan_and_options(configs[i])
-        exe = t.default_exe if not plan and not opts else t.layout.compile(plan, opts or None)
-        return executable_and_inputs(t.layout, exe)
-
+            core: int | None = None) -> list[ConfigResult]:
+    """Time `configs` (the first is the output reference) with the docs/design.md §7
+    protocol. As in collection, configs that compile to one executable (by fingerprint)
+    are timed once and share the result: a duplicate costs no time and cannot differ
+    from its twin by noise."""
+    results = [ConfigResult() for _ in configs]
+    runnable: dict[int, Runnable] = {}
+    executable_of: dict[int, int] = {}  # config index -> fingerprint
+    for i, config in enumerate(configs):
+        plan, opts = t.plan_and_options(config)
+        try:
+            exe = t.default_exe if not plan and not opts else t.layout.compile(plan, opts or None)
+        except Exception as e:  # XLA's errors have no common base class worth naming
+            results[i] = ConfigResult("compile", error_line(e))
+            continue
+        key = executable_of[i] = fingerprint(exe.as_text(), opts)
+        if key not in runnable:
+            exe, inputs = executable_and_inputs(t.layout, exe)
+            runnable[key] = (exe, lambda inputs=inputs: inputs)
     with pinned(core):
-        results, _ = time_configs(build, len(configs), protocol, reference=0)
+        timed = time_executables(runnable, protocol, reference=executable_of.get(0))
+    for i, key in executable_of.items():
+        results[i] = replace(timed[key])
     return results

@@ -212,27 +212,6 @@ def time_executables(runnables: Mapping[Hashable, Runnable], protocol: Protocol,
     return results
 
 
-def time_configs(build: Callable[[int], tuple[Callable, Sequence[Any]]], count: int,
-                 protocol: Protocol, reference: int = 0) -> tuple[list[ConfigResult], float]:
-    """Compile configs 0..count-1 with `build(i) -> (executable, inputs)`, then time them
-    (every config on its own, duplicates included). Returns the results and the seconds
-    spent compiling."""
-    results = [ConfigResult() for _ in range(count)]
-    runnable: dict[Hashable, Runnable] = {}
-    t0 = time.perf_counter()
-    for i in range(count):
-        try:
-            exe, inputs = build(i)
-        except Exception as e:  # XLA's errors have no common base class worth naming
-            results[i] = ConfigResult("compile", error_line(e))
-            continue
-        runnable[i] = (exe, lambda inputs=inputs: inputs)
-    compile_s = time.perf_counter() - t0
-    for i, r in time_executables(runnable, protocol, reference).items():
-        results[i] = r
-    return results, compile_s
-
-
 def error_line(e: BaseException) -> str:
     """The first line of an error, with its type: what a log or report keeps."""
     text = str(e).strip().splitlines()
