@@ -14,9 +14,10 @@ import pytest
 import torch
 from click.testing import CliRunner
 
+from graphcost.autotune.choice import MIN_GAIN, clearly_faster
 from graphcost.autotune.search import search
 from graphcost.autotune.space import OptionSearchSpace
-from graphcost.autotune.tune import MIN_GAIN, clearly_faster, headroom_note
+from graphcost.autotune.tune import headroom_note
 from graphcost.data.synthetic import make_layout_graph, make_tile_graph
 from graphcost.models import ConfigScorer, Model
 from graphcost.stats import kendall_tau

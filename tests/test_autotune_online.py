@@ -11,10 +11,10 @@ import numpy as np
 import pytest
 from click.testing import CliRunner
 
+from graphcost.autotune.choice import confirmed_faster
 from graphcost.autotune.online import (
     Measurer,
     OnlineResult,
-    confirmed_faster,
     format_online,
     run_arms,
     tune_online,

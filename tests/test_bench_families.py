@@ -14,10 +14,10 @@ import numpy as np
 import pytest
 from click.testing import CliRunner
 
+from graphcost.autotune.choice import MIN_GAIN
 from graphcost.autotune.headroom import HEADROOM, STRATEGIES, figures, headroom_of, summarize_rows
 from graphcost.autotune.search import best_of, top_picks
 from graphcost.autotune.space import OptionSearchSpace
-from graphcost.autotune.tune import MIN_GAIN
 from graphcost.bench.families import (
     confirm_set,
     default_index,

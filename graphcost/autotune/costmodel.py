@@ -25,12 +25,16 @@ import torch
 from graphcost.autotune.program import Tunable
 from graphcost.autotune.space import Config
 from graphcost.errors import UserError
+from graphcost.kinds import collection_space, space_of
 from graphcost.models.checkpoint import atomic_save, load_checkpoint, require_keys
 from graphcost.models.model import Model
 from graphcost.models.scorer import ConfigScorer
 from graphcost.train import TrainSettings, fit
 
 FORMAT = "graphcost-costmodel/1"
+#: configs a model ranks when autotuning, and the reference set it compares a candidate with
+#: (why no more: `autotune.tune`)
+SAMPLES = 48
 
 
 def finetune_settings(steps: int = 30, lr: float = 5e-4, seed: int = 0) -> TrainSettings:
@@ -190,3 +194,21 @@ def learn_picks(cm: CostModel, pool: Sequence[Any], runtime: np.ndarray, k: int,
     learned = learn_while_measuring(cm, propose, lambda cs: runtime[[index[key(c)] for c in cs]],
                                     k, batches, measured=[pool[default]])
     return [index[key(c)] for _, c, _ in learned]
+
+
+#: a collection of each space a model to tune it may be trained on
+EXAMPLE_COLLECTION = {"layout": "layout:cpu:random", "options": "options:cpu"}
+
+
+def model_space(m: Any, source: str) -> str:
+    """The space model `m` tunes (a layout model layouts, a tile model compiler options),
+    refused naming `source` when the collection it was trained on is of another space:
+    a tile model of TPU tile sizes (`tile:xla`) would rank XLA:CPU options blindly."""
+    space = space_of(m.kind)
+    trained = collection_space(m.collection) if isinstance(m.collection, str) else None
+    if trained not in (None, space):
+        what = "TPU tile sizes" if trained == "tile" else f"{trained} configs"
+        raise UserError(f"{source}: a model trained on {m.collection} ({what}) cannot rank "
+                        f"the {space} configs of an XLA:CPU program: use a model trained on "
+                        f"a collection of {space} (such as {EXAMPLE_COLLECTION[space]})")
+    return space

@@ -35,10 +35,10 @@ from typing import Any
 
 import numpy as np
 
+from graphcost.autotune.choice import confirm, confirmed_faster
 from graphcost.autotune.program import Tunable, executable_and_inputs, pinned, prepare
 from graphcost.autotune.strategy import STRATEGIES, Strategy, make_strategy
 from graphcost.autotune.table import bundled_prior
-from graphcost.autotune.tune import MIN_GAIN, confirm
 from graphcost.errors import UserError
 from graphcost.stats import ratio_interval
 from graphcost.xla.fingerprint import fingerprint
@@ -263,17 +263,9 @@ def summarize(t: Tunable, budget: int, arms: list[str], steps: list[Step],
                         seconds={k: round(v, 3) for k, v in secs.items()})
 
 
-def confirmed_faster(speedup: float, low: float, high: float,
-                     min_gain: float = MIN_GAIN) -> bool:
-    """Whether a config confirmed faster than the default: its paired 95% interval over
-    the fresh rounds lies above 1 and the gain exceeds `min_gain` (a tie keeps the
-    default: choosing it risks a slowdown for nothing)."""
-    return bool(low > 1 and speedup > 1 + min_gain)
-
-
 def _options_model(model: Any) -> Any:
     """The model (a `Model` or a saved model's path), refused unless it ranks options."""
-    from graphcost.autotune.tune import model_space
+    from graphcost.autotune.costmodel import model_space
     from graphcost.models.model import as_model
 
     m = as_model(model)
@@ -286,8 +278,7 @@ def _options_model(model: Any) -> Any:
 def _model_scores(m: Any, t: Tunable, candidates: list[Choices],
                   seed: int) -> np.ndarray:
     """The cost model's score of every candidate (lower = faster)."""
-    from graphcost.autotune.costmodel import CostModel
-    from graphcost.autotune.tune import SAMPLES
+    from graphcost.autotune.costmodel import SAMPLES, CostModel
 
     reference = t.configs.sample(SAMPLES, np.random.default_rng(seed))
     score = CostModel(m, t, reference).scorer()

@@ -33,7 +33,7 @@ the minimum by default; pinned to `core` when given):
   before each later batch the cost model is fine-tuned on the model arm's runtimes and
   the default's (never the random arm's) and the search runs again.
   chosen = the fastest of the model arm's configs `clearly_faster` than the default
-  (a gain above `MIN_GAIN` and above the rounds' own disagreement), else the default:
+  (`autotune.choice`: a gain above `MIN_GAIN` and the rounds' own disagreement), else the default:
   a config that only ties the default within the noise risks a slowdown for nothing.
   The random arm gets the same rule: its best = the fastest of the random arm's
   clearly faster configs, else the default.
@@ -60,20 +60,14 @@ from typing import Any
 
 import numpy as np
 
+from graphcost.autotune.choice import clearly_faster, confirm
+from graphcost.autotune.costmodel import SAMPLES, model_space
 from graphcost.autotune.program import Tunable, measure, prepare
 from graphcost.autotune.search import SearchResult, search
 from graphcost.autotune.space import Config
 from graphcost.errors import UserError
-from graphcost.kinds import collection_space, space_of
 from graphcost.stats import kendall_tau, ratio_interval
 from graphcost.xla.timing import AUTOTUNING, Protocol
-
-SAMPLES = 48  # configs the model ranks by default (see the module docstring)
-#: the least measured gain over the default for which a config is chosen: on the bundled
-#: collections' leave-family-out runs, model choices stored less than 1% faster than the
-#: default confirmed at 0.998–1.003× (median), and 9 of the 10 that confirmed slower
-#: than the default beyond noise had been stored less than 1% faster (docs/notebook/2026-11.md)
-MIN_GAIN = 0.02
 
 
 @dataclass
@@ -255,24 +249,6 @@ def autotune(fn: Callable, args: Sequence[Any], model: Any = None, *, name: str 
     return summarize(t, measured, k, res, scoring, protocol, secs, picks, confirmed)
 
 
-#: a collection of each space a model to tune it may be trained on
-EXAMPLE_COLLECTION = {"layout": "layout:cpu:random", "options": "options:cpu"}
-
-
-def model_space(m: Any, source: str) -> str:
-    """The space model `m` tunes (a layout model layouts, a tile model compiler options),
-    refused naming `source` when the collection it was trained on is of another space:
-    a tile model of TPU tile sizes (`tile:xla`) would rank XLA:CPU options blindly."""
-    space = space_of(m.kind)
-    trained = collection_space(m.collection) if isinstance(m.collection, str) else None
-    if trained not in (None, space):
-        what = "TPU tile sizes" if trained == "tile" else f"{trained} configs"
-        raise UserError(f"{source}: a model trained on {m.collection} ({what}) cannot rank "
-                        f"the {space} configs of an XLA:CPU program: use a model trained on "
-                        f"a collection of {space} (such as {EXAMPLE_COLLECTION[space]})")
-    return space
-
-
 def choose(t: Tunable, measured: list[Measured], random_arm: bool = True) -> dict[str, int]:
     """The selection round's picks (indices into `measured`): the default, the chosen
     config (the model arm's fastest of those `clearly_faster` than the default, else the
@@ -289,38 +265,6 @@ def choose(t: Tunable, measured: list[Measured], random_arm: bool = True) -> dic
 
     picks = {"default": 0, "chosen": fastest(("model", "default"))}
     return picks | ({"random_best": fastest(("random", "default"))} if random_arm else {})
-
-
-def confirm(t: Tunable, configs: dict[str, Config], protocol: Protocol,
-            core: int | None) -> dict[str, list[float]]:
-    """Each named config's runtime in every round of a fresh measurement of just these
-    (a config named twice is timed once)."""
-    keys = list(dict.fromkeys(t.configs.key(c) for c in configs.values()))
-    by_key = {t.configs.key(c): c for c in configs.values()}
-    results = measure(t, [by_key[key] for key in keys], protocol, core)
-    out = {}
-    for arm, c in configs.items():
-        r = results[keys.index(t.configs.key(c))]
-        if not r.ok:
-            raise RuntimeError(f"{t.name}: the {arm} config measured ok in the selection "
-                               f"round failed in the confirmation round ({r.status}: "
-                               f"{r.error})")
-        out[arm] = list(r.rounds_ns)
-    return out
-
-
-def clearly_faster(default_rounds: Sequence[float], rounds: Sequence[float],
-                   min_gain: float = MIN_GAIN) -> bool:
-    """Whether a config measured faster than the default by more than chance: its gain
-    (the ratio of the two fastest rounds, as the protocol's minimum compares them) must
-    exceed `min_gain` and the rounds' own disagreement (the wider max/min range of either
-    config's rounds). Choosing a config that only ties the default risks a slowdown for
-    nothing, so a tie keeps the default."""
-    d, x = np.asarray(default_rounds, float), np.asarray(rounds, float)
-    if not (d.size and x.size and np.isfinite(d).all() and np.isfinite(x).all()):
-        return False
-    noise = max(d.max() / d.min(), x.max() / x.min()) - 1
-    return bool(d.min() / x.min() - 1 > max(min_gain, noise))
 
 
 def _random_arm(t: Tunable, res: SearchResult, initial: Sequence[Config], k: int,

@@ -28,10 +28,9 @@ from typing import Any
 
 import numpy as np
 
-from graphcost.autotune.costmodel import CostModel, learn_picks
+from graphcost.autotune.costmodel import CostModel, learn_picks, model_space
 from graphcost.autotune.program import Tunable, measure, prepare
 from graphcost.autotune.search import best_of, top_picks
-from graphcost.autotune.tune import model_space
 from graphcost.bench import BenchResult
 from graphcost.stats import (
     expected_best_of_random,

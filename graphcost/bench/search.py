@@ -247,8 +247,8 @@ def confirm_choices(programs: list[dict[str, Any]], strategies: Sequence[str], k
     choice after `k` measurements are compiled again and timed together in fresh rounds.
     Per strategy: the geometric mean confirmed speed-up over the default and the ratio
     to random search's choice, paired per program, with 95% t intervals."""
+    from graphcost.autotune.choice import confirm
     from graphcost.autotune.program import load_target, prepare
-    from graphcost.autotune.tune import confirm
 
     rows = []
     for p in [p for p in programs if p["headroom"] >= headroom]:
