@@ -41,7 +41,7 @@ def off_or_at_least(n: int) -> Rule:
 
 def one_of(*choices: str) -> Rule:
     """A rule for a string setting with a fixed set of values."""
-    return (lambda v: v in choices, "one of " + ", ".join(choices))
+    return (lambda v: v in choices, "one of " + ", ".join(c or "''" for c in choices))
 
 
 def field_types(cls: type) -> dict[str, str]:

@@ -90,6 +90,7 @@ def test_an_empty_folder_is_refused(work, tmp_path, command):
     ("epochs=-3", ["'epochs'", "at least 1"]),
     ("dedup=maybe", ["'dedup'", "true or false"]),
     ("loss=nope", ["'loss'", "unknown loss 'nope'"]),
+    ("balance=foo", ["'balance'", "one of '', graph, source", "got 'foo'"]),
     ("novalue", ["KEY=VALUE", "novalue"]),
 ])
 def test_bad_settings_are_refused_before_any_work(work, tmp_path, setting, needles):
