@@ -72,7 +72,6 @@ OPTION_KNOBS: tuple[Knob, ...] = (
 )
 
 
-
 #: XLA:CPU options beyond OPTION_KNOBS that might make a program faster, for `graphcost bench
 #: knobs` (not features: an `OptionConfig` encodes OPTION_KNOBS only). Kept from ~30 options of jax
 #: 0.10.2 tried alone (optimized HLO compared on 47 zoo programs, speed on one of each of the 24
@@ -105,8 +104,6 @@ CANDIDATE_KNOBS: tuple[Knob, ...] = (
 #: opt_preset=FAST_COMPILE (4 slower, none 5% faster), xla_llvm_enable_*_metadata=False. Need
 #: fast_math set too: xla_cpu_fast_math_honor_*. Outlive one compile (LLVM's global flags):
 #: xla_backend_extra_options.
-
-
 
 
 @dataclass(frozen=True)
@@ -190,7 +187,6 @@ def sample_option_configs(count: int, rng: np.random.Generator, p: float = 0.3,
             seen.add(c)
             configs.append(c)
     return configs
-
 
 
 def check_knobs(knobs: Sequence[Knob] = OPTION_KNOBS) -> dict[str, str]:
