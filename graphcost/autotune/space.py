@@ -137,8 +137,7 @@ class OptionSearchSpace:
         options = self.values(config, int(rng.integers(len(self.knobs))))
         return options[int(rng.integers(len(options)))]
 
-    def cross(self, a: Choices, b: Choices,
-              rng: np.random.Generator) -> Choices:
+    def cross(self, a: Choices, b: Choices, rng: np.random.Generator) -> Choices:
         return tuple(x if rng.random() < 0.5 else y for x, y in zip(a, b, strict=True))
 
     def encode(self, configs: Sequence[Choices]) -> np.ndarray:
