@@ -21,6 +21,7 @@ from graphcost.autotune.space import OptionSearchSpace
 from graphcost.bench.families import (
     confirm_set,
     default_index,
+    describe,
     expected_choice,
     program_row,
     stored_configs,
@@ -475,6 +476,12 @@ def test_stored_configs_round_trips_every_option_config():
     every = OptionSearchSpace().enumerate()
     g = tile(every, np.ones(len(every)))
     assert stored_configs(fake_tunable(), g, "options:cpu", 0, 24) == every
+
+
+def test_a_stored_option_config_is_described_by_the_knobs_it_sets():
+    g = tile([DEFAULT, opt(no_fusion=1, max_isa=2)], [1.0, 2.0])
+    assert describe(g, 0) == "the default"
+    assert describe(g, 1) == "no_fusion=True, max_isa='AVX'"
 
 
 def test_stored_configs_refuses_an_unknown_knob_code():

@@ -20,7 +20,7 @@ def test_the_default_sets_no_option_and_its_features_are_the_knobs_first_codes()
     feat = d.features()
     assert list(feat[:len(OPTION_KNOBS)]) == [k.codes[0] for k in OPTION_KNOBS]
     assert feat.any() and feat[-1] == 0  # not all zeros: an option's own number is its code
-    assert str(d) == "default"
+    assert str(d) == "the default"
 
 
 def test_compiler_options_and_name_come_from_the_choices():

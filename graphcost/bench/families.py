@@ -126,13 +126,9 @@ def describe(g: Any, i: int) -> str:
     if isinstance(g, LayoutGraph):
         moved = int((np.asarray(g.node_config_feat[i]) != -1).any(axis=1).sum())
         return f"{moved} of {g.node_config_feat.shape[1]} configurable nodes' layouts set"
-    from graphcost.xla.options import OPTION_KNOBS
+    from graphcost.xla.options import OptionConfig
 
-    row = np.asarray(g.config_feat[i])
-    words = [f"{k.name}={k.choices[k.codes.index(float(row[n]))]}"
-             for n, k in enumerate(OPTION_KNOBS)
-             if float(row[n]) in k.codes and k.codes.index(float(row[n])) != 0]
-    return ", ".join(words) or "the default"
+    return str(OptionConfig.from_features(g.config_feat[i]))
 
 
 def stored_rows(data: str | Path, model_runs: list[dict], portfolio_run: dict,

@@ -168,8 +168,8 @@ class OptionConfig:
                 if k.choices[c] is not None}
 
     def __str__(self) -> str:
-        """The knobs set by name, `fast_math=True, max_isa='AVX'`; 'default' for none."""
-        return ", ".join(f"{k.name}={v!r}" for k, v in self.values().items()) or "default"
+        """The knobs set by name, `fast_math=True, max_isa='AVX'`, or 'the default'."""
+        return ", ".join(f"{k.name}={v!r}" for k, v in self.values().items()) or "the default"
 
 
 def sample_option_configs(count: int, rng: np.random.Generator, p: float = 0.3,
