@@ -280,8 +280,9 @@ def confirm_row(row: dict[str, Any], g: Any, coll_kind: str, seed: int, distinct
               and clearly_faster(base_select, results[key(x)].rounds_ns[:select_rounds])]
         best = min(ok, key=selected, default=None)  # as `autotune.choose` chooses
         out["search"] = confirmed(best)[0] if best is not None else 1.0
-        extra |= {"search_configs": [{k: t.config_json(x)[k] for k in  # as chosen.json
-                                      ("layouts", "compiler_options")} for x in picks],
+        kept = ("layouts", "compiler_options")  # each pick as chosen.json holds it
+        extra |= {"search_configs": [{k: v for k, v in t.config_json(x).items() if k in kept}
+                                     for x in picks],
                  "search_budget": [samples, evaluations],
                  "search_failed": len(picks) - len(ok)}
     return {**row, "confirmed": out, "confirm_rounds": protocol.rounds,
