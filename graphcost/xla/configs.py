@@ -144,7 +144,8 @@ class LayoutSpace:
         return self.jit(plan).lower(*self.leaves)
 
     def compile(self, plan: LayoutPlan, compiler_options: dict[str, Any] | None = None):
-        """The executable (XLA may refuse): collection's, autotuning's and apply's path."""
+        """The XLA executable of the program under `plan` and `compiler_options` (raises
+        if XLA refuses it): the one compile path of collection, autotuning and `apply`."""
         return self.lower(plan).compile(compiler_options or None)
 
     def features(self, plan: LayoutPlan, points: Sequence[int]) -> np.ndarray:

@@ -42,14 +42,15 @@ class Knob:
     codes: tuple[float, ...]
 
 
-#: feature i of an options config is OPTION_KNOBS[i]'s code; every name below was accepted by jax
-#: 0.10.2's XLA:CPU (see `check_knobs`). Each knob alone moved the runtime of at least one of 10
-#: zoo programs by more than 10% except `fast_math` (at most 8%, kept: tests use it as the
-#: codegen-only option); dropped because they never did (at most 7%, within noise):
-#: `xla_llvm_disable_expensive_passes`, `xla_cpu_strict_dot_conv_math`. `ynn_fusion`'s fusion types
-#: and `no_platform_math` came from `bench knobs` (each ≥ 5% faster beyond noise on some zoo
-#: programs: train_cnn with INDIVIDUAL_CONVOLUTION, pyramid and cnn_nchw with portable math). Codes
-#: only grow: a config stored before a knob or value was added keeps its features.
+#: feature i of an options config is OPTION_KNOBS[i]'s code; every name below was
+#: accepted by jax 0.10.2's XLA:CPU (see `check_knobs`). Each knob alone moved the
+#: runtime of at least one of 10 zoo programs by more than 10% except `fast_math` (at
+#: most 8%, kept: tests use it as the codegen-only option); dropped because they never
+#: did (at most 7%, within noise): `xla_llvm_disable_expensive_passes`,
+#: `xla_cpu_strict_dot_conv_math`. `ynn_fusion`'s fusion types and `no_platform_math`
+#: came from `bench knobs` (each ≥ 5% faster beyond noise on some zoo programs: train_cnn
+#: with INDIVIDUAL_CONVOLUTION, pyramid and cnn_nchw with portable math). Codes only grow:
+#: a config stored before a knob or value was added keeps its features.
 _YNN = "LIBRARY_FUSION_TYPE_"
 OPTION_KNOBS: tuple[Knob, ...] = (
     Knob("no_fusion", "disable:fusion", (None, True), (0, 1)),
@@ -72,12 +73,12 @@ OPTION_KNOBS: tuple[Knob, ...] = (
 )
 
 
-#: XLA:CPU options beyond OPTION_KNOBS that might make a program faster, for `graphcost bench
-#: knobs` (not features: an `OptionConfig` encodes OPTION_KNOBS only). Kept from ~30 options of jax
-#: 0.10.2 tried alone (optimized HLO compared on 47 zoo programs, speed on one of each of the 24
-#: families, 6 rounds, "faster" = 95% interval above 1): each value compiles and changed the HLO or
-#: the speed of some program. Values are typed as the DebugOptions field: enums by name, a list of
-#: enums as comma-separated names.
+#: XLA:CPU options beyond OPTION_KNOBS that might make a program faster, for `graphcost
+#: bench knobs` (not features: an `OptionConfig` encodes OPTION_KNOBS only). Kept from ~30
+#: options of jax 0.10.2 tried alone (optimized HLO compared on 47 zoo programs, speed on
+#: one of each of the 24 families, 6 rounds, "faster" = 95% interval above 1): each value
+#: compiles and changed the HLO or the speed of some program. Values are typed as the
+#: DebugOptions field: enums by name, a list of enums as comma-separated names.
 CANDIDATE_KNOBS: tuple[Knob, ...] = (
     # jax sets it False (NaN-propagating min/max); True: plain vector min/max (relu, max
     # pooling, softmax's max). New HLO on 12 of 47 programs; no speed change seen yet.
@@ -92,18 +93,18 @@ CANDIDATE_KNOBS: tuple[Knob, ...] = (
     Knob("tiling_propagation", "xla_cpu_experimental_enable_tiling_propagation",
          (None, True), (0, 1)),
 )
-#: Rejected. "No such compile option": xla_cpu_ + use_multi_output_fusion, flatten_after_ fusion,
-#: fold_all_constants, small_while_loop_byte_threshold, disable_slp_vectorizer,
-#: disable_loop_unrolling, optimize_for_size, disable_platform_dependent_math. Same HLO on all 47
-#: and never 5% faster: xla_cpu_experimental_ + xnn_fusion_type (YNN takes those fusions),
-#: xnn_graph_fusion_mode, onednn_fusion_type, onednn_custom_call; xla_cpu_ + use_onednn,
-#: use_xnnpack=False, multi_thread_eigen=False, opt_preset=FAST_RUNTIME, scheduler
-#: CONCURRENCY_OPTIMIZED, parallel_codegen_split_count=1, ftz=False (on by default),
-#: enable_concurrency_optimized_scheduler (deprecated), use_acl (ARM);
+#: Rejected. "No such compile option": xla_cpu_ + use_multi_output_fusion, flatten_after_
+#: fusion, fold_all_constants, small_while_loop_byte_threshold, disable_slp_vectorizer,
+#: disable_loop_unrolling, optimize_for_size, disable_platform_dependent_math. Same HLO on
+#: all 47 and never 5% faster: xla_cpu_experimental_ + xnn_fusion_type (YNN takes those
+#: fusions), xnn_graph_fusion_mode, onednn_fusion_type, onednn_custom_call; xla_cpu_ +
+#: use_onednn, use_xnnpack=False, multi_thread_eigen=False, opt_preset=FAST_RUNTIME,
+#: scheduler CONCURRENCY_OPTIMIZED, parallel_codegen_split_count=1, ftz=False (on by
+#: default), enable_concurrency_optimized_scheduler (deprecated), use_acl (ARM);
 #: exec_time_optimization_effort, optimization_level. Only switch optimisations off:
-#: opt_preset=FAST_COMPILE (4 slower, none 5% faster), xla_llvm_enable_*_metadata=False. Need
-#: fast_math set too: xla_cpu_fast_math_honor_*. Outlive one compile (LLVM's global flags):
-#: xla_backend_extra_options.
+#: opt_preset=FAST_COMPILE (4 slower, none 5% faster), xla_llvm_enable_*_metadata=False.
+#: Need fast_math set too: xla_cpu_fast_math_honor_*. Outlive one compile (LLVM's global
+#: flags): xla_backend_extra_options.
 
 
 @dataclass(frozen=True)
