@@ -176,7 +176,7 @@ class OptionConfig:
 def sample_option_configs(count: int, rng: np.random.Generator, p: float = 0.3,
                           knobs: Sequence[Knob] = OPTION_KNOBS) -> list[Choices]:
     """`count` distinct configs, the default first: each knob moves off default w.p. `p`."""
-    configs = [(0,) * len(knobs)]
+    configs = [OptionConfig.default(knobs).choices]
     seen = set(configs)
     total = int(np.prod([len(k.choices) for k in knobs]))
     for _ in range(count * 20):

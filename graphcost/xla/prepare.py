@@ -119,7 +119,7 @@ def cover_option_configs(count: int, rng: np.random.Generator,
     """`count` distinct configs that cover the space, for a table to search on: the
     default, then every change of one knob, then every change of two knobs (each group in
     a random order), then random configs (`sample_option_configs`)."""
-    default = (0,) * len(knobs)
+    default = OptionConfig.default(knobs).choices
     moves = [(k, v) for k, knob in enumerate(knobs) for v in range(1, len(knob.choices))]
 
     def setting(*changes: tuple[int, int]) -> Choices:
