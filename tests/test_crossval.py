@@ -131,6 +131,24 @@ def test_overall_scores_every_graph_exactly_once(tmp_path):
         n for n, row in result["graphs"].items() if row["fold"] == 1}
 
 
+def test_folds_trained_at_once_give_what_one_after_another_gives(tmp_path):
+    data = write_families(tmp_path)
+    one = crossvalidate(data, "ranker", 3, fast_settings(), {"hidden": 16},
+                        out_dir=tmp_path / "one")
+    lines: list[str] = []
+    three = crossvalidate(data, "ranker", 3, fast_settings(), {"hidden": 16},
+                          out_dir=tmp_path / "three", jobs=3, log=lines.append)
+    assert [f["fold"] for f in three["fold_results"]] == [1, 2, 3]  # in fold order
+    assert list(three["graphs"]) == list(one["graphs"])
+    for name, row in one["graphs"].items():
+        assert three["graphs"][name]["fold"] == row["fold"]
+        assert three["graphs"][name]["pred"] == pytest.approx(row["pred"], abs=1e-5)
+    assert sorted(line.split(":")[0] for line in lines) == ["fold 1/3"] * 2 + ["fold 2/3"] * 2 \
+        + ["fold 3/3"] * 2  # each fold's start and its result
+    for i in (1, 2, 3):  # each fold's run kept where one after another keeps it
+        assert (tmp_path / "three" / f"fold-{i}" / "model.pt").is_file()
+
+
 def test_cli_prints_each_fold_and_the_overall_figure(tmp_path):
     data = write_families(tmp_path, "tile")
     out = tmp_path / "cv.json"
@@ -162,6 +180,7 @@ def test_cli_prints_each_fold_and_the_overall_figure(tmp_path):
     (["--model", "nope"], ["nope"]),
     (["--set", "epochs"], ["epochs", "key=value"]),
     (["--valid-fraction", "1.5"], ["validation fraction must be in [0, 1)"]),
+    (["--jobs", "0"], ["--jobs", "range"]),
 ])
 def test_cli_refuses_bad_input_with_a_message(tmp_path, args, words):
     data = write_families(tmp_path)

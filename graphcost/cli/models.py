@@ -225,11 +225,14 @@ def submit_cmd(data: str, models: tuple[str, ...], out_path: str, split: str, de
               help="instead of folds, train one model on every family of DATA and score "
                    "every graph of this collection (an external test set, same kind)")
 @click.option("--verbose", is_flag=True, help="print every epoch's line, as `train` does")
+@click.option("--jobs", type=click.IntRange(min=1), default=1, show_default=True,
+              help="folds trained at once, each in its own process with an equal share of "
+                   "the cores (several on a GPU: it is idle between one fold's steps)")
 @_device_option
 def crossval_cmd(data: tuple[str, ...], folds: int, model_name: str, sets: tuple[str, ...],
                  epochs: int | None, valid_fraction: float, seed: int, out_dir: str | None,
                  json_path: str | None, group: str, external: str | None, verbose: bool,
-                 device: str) -> None:
+                 jobs: int, device: str) -> None:
     """Leave-family-out k-fold cross-validation on every graph of a collection (all its
     splits pooled): per-fold and overall mean τ (tile: tile score) with 95% intervals.
     With `--group source`, one collection per source, each held out in turn."""
@@ -249,7 +252,7 @@ def crossval_cmd(data: tuple[str, ...], folds: int, model_name: str, sets: tuple
         scored = _existing(data[0])
     result = crossvalidate(scored, model_name, folds, settings, model_kw, out_dir,
                            settings.seed,  # --seed, or --set seed=: it seeds the folds too
-                           valid_fraction, group, external, log=click.echo)
+                           valid_fraction, group, external, log=click.echo, jobs=jobs)
     click.echo(format_overall(result))
     if json_path:
         write_json(result, json_path)
