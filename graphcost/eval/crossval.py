@@ -217,7 +217,8 @@ def crossvalidate(data: str | Path | Mapping[str, str | Path], model: str = "ran
     With `group='source'`, `data` maps source names to collections, one fold per source
     (`source_folds`); `folds` is then the number of sources.
     `jobs` > 1 trains that many folds at once, each in its own process with its share of
-    the cores (`run_folds`); the result is the same, in fold order.
+    the cores (`run_folds`): each fold trains as it would alone, only its threads differ,
+    and the result lists the folds in order.
     """
     say = log or (lambda _: None)
     sources = None
