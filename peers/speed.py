@@ -2,7 +2,8 @@
 interleaved on one core.
 
     python peers/speed.py FOLD_DIR [--search default] [--epochs 2 5] [--rounds 3] [--core 1]
-                          [--sides graphcost "1st place" "2nd place" "graphcost+trim"]
+                          [--sides graphcost "1st place" "2nd place" "graphcost+trim"
+                                   "graphcost+tcache"]
                           [--trim-every N] [--json FILE]
 
 Each side trains on the fold's training graphs as a whole command, twice: for a few
@@ -42,8 +43,13 @@ HERE = Path(__file__).resolve().parent
 GRAPHCOST = HERE.parent / ".venv/bin/graphcost"
 PYTHON = HERE.parent / ".venv/bin/python"
 #: a graph's configs per step; "graphcost+trim" is graphcost with glibc's malloc_trim after
-#: every --trim-every steps (peers/trim_run.py), to measure what glibc keeps
-CONFIGS_PER_STEP = {"graphcost": 24, "1st place": 24, "2nd place": 10, "graphcost+trim": 24}
+#: every --trim-every steps (peers/trim_run.py), to measure what glibc keeps;
+#: "graphcost+tcache" is graphcost with glibc's per-thread cache of freed blocks back at
+#: glibc's default (the `graphcost` command turns it off: graphcost/launch.py)
+CONFIGS_PER_STEP = {"graphcost": 24, "1st place": 24, "2nd place": 10, "graphcost+trim": 24,
+                    "graphcost+tcache": 24}
+#: glibc's own default of the cache the `graphcost` command turns off
+GLIBC_DEFAULT_TCACHE = "glibc.malloc.tcache_count=7"
 DEFAULT_SIDES = ["graphcost", "1st place", "2nd place"]
 
 
@@ -76,8 +82,10 @@ def command(side: str, fold: Path, search: str, epochs: int, out: Path, core: in
     """The side's training command on the fold; graphcost trains on collection `data`."""
     env = {**os.environ, "SEARCH": search, "CORE": str(core)}
     if side.startswith("graphcost"):
-        cli = ([str(GRAPHCOST)] if side == "graphcost"
-               else [str(PYTHON), str(HERE / "trim_run.py"), str(trim_every)])
+        cli = ([str(PYTHON), str(HERE / "trim_run.py"), str(trim_every)]
+               if side == "graphcost+trim" else [str(GRAPHCOST)])
+        if side == "graphcost+tcache":
+            env["GLIBC_TUNABLES"] = GLIBC_DEFAULT_TCACHE
         return (["taskset", "-c", str(core), *cli, "train", str(data), "--out", str(out),
                  "--epochs", str(epochs)], env)
     if side == "1st place":

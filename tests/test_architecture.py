@@ -68,7 +68,7 @@ LAYERS = (
     ("eval",),
     ("autotune",),
     ("bench", "demo"),
-    ("cli", "__main__"),
+    ("cli", "__main__", "launch"),
 )
 
 
