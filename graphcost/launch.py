@@ -4,7 +4,7 @@ glibc keeps up to seven freed blocks of every small size in a per-thread cache (
 tcache). To the heap those blocks are still in use, so they split the space that a
 training step's large tensors leave free, and the next step's tensors no longer fit
 there: the heap grows step after step. On fold 1 of the bundled layout collection,
-training's peak grew to 0.76 GB over five epochs while about 0.17 GB of the heap was in
+training's peak grew to 0.77 GB over five epochs while about 0.17 GB of the heap was in
 use; with the cache off it stays at 0.54 GB, at the same seconds an epoch
 (docs/training.md, "Memory"). The cache can only be set before a process starts, so
 the command starts itself again, once, with `GLIBC_TUNABLES` set. A user who sets
@@ -32,11 +32,14 @@ def restart_env(env: Mapping[str, str]) -> dict[str, str] | None:
 
 
 def main() -> None:
-    """The `graphcost` console script: `python -m graphcost ARGS…` started again with
-    the cache off (same process id, so a caller's kill reaches it), or the CLI here."""
+    """The `graphcost` console script: `python -P -m graphcost ARGS…` started again with
+    the cache off (same process id, so a caller's kill reaches it), or the CLI here.
+    `-P` keeps the working directory off the module path, as for the script itself: a
+    file named `graphcost.py` there must not stand in for the package."""
     env = restart_env(os.environ)
     if env is not None:
-        os.execve(sys.executable, [sys.executable, "-m", "graphcost", *sys.argv[1:]], env)
+        os.execve(sys.executable, [sys.executable, "-P", "-m", "graphcost", *sys.argv[1:]],
+                  env)
     from graphcost.cli import main as cli
 
     cli(prog_name="graphcost")

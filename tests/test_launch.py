@@ -43,17 +43,19 @@ def test_main_starts_python_m_graphcost_with_the_same_arguments(monkeypatch):
         launch.main()
     [(path, args, env)] = started
     assert path == sys.executable
-    assert args == [sys.executable, "-m", "graphcost", "train", "data", "--out", "r"]
+    assert args == [sys.executable, "-P", "-m", "graphcost", "train", "data", "--out", "r"]
     assert env["GLIBC_TUNABLES"] == launch.NO_TCACHE
 
 
-def test_the_restarted_command_runs_and_keeps_its_exit_status():
+def test_the_restarted_command_runs_and_keeps_its_exit_status(tmp_path):
     env = {k: v for k, v in os.environ.items() if k != "GLIBC_TUNABLES"}
     code = "import sys; sys.argv = ['graphcost', *sys.argv[1:]]; " \
            "from graphcost.launch import main; main()"
-    ok = subprocess.run([sys.executable, "-c", code, "--version"], env=env,
-                        capture_output=True, text=True, check=False)
+    # a user's file of that name in the working directory does not stand in for the package
+    (tmp_path / "graphcost.py").write_text("raise SystemExit('not graphcost')\n")
+    ok = subprocess.run([sys.executable, "-P", "-c", code, "--version"], env=env,
+                        cwd=tmp_path, capture_output=True, text=True, check=False)
     assert ok.returncode == 0 and "graphcost, version" in ok.stdout
-    bad = subprocess.run([sys.executable, "-c", code, "no-such-command"], env=env,
-                         capture_output=True, text=True, check=False)
+    bad = subprocess.run([sys.executable, "-P", "-c", code, "no-such-command"], env=env,
+                         cwd=tmp_path, capture_output=True, text=True, check=False)
     assert bad.returncode == 2 and "No such command" in bad.stderr
