@@ -8,7 +8,8 @@ of `graphcost crossval DATA --seed SEED` (5 folds, 0.15 kept for early stopping)
 
 `layout` (the default) builds `npz_all/npz/layout/xla/{default,random}/{train,valid,test}`
 from layout/cpu/{default,random}; `options` builds `npz_all/npz/tile/xla/{train,valid,
-test}` from options/cpu, the tree the 1st place's tile code reads.
+test}` from options/cpu, the tree both winners' tile code reads. Either way it writes
+`sample_submission.csv` (one row per held-out graph), which the 2nd place's test step fills.
 
 Run with graphcost's own environment (.venv): it reads the fold plan from graphcost.
 """
@@ -46,13 +47,15 @@ info = {}
 if args.collection == "options":
     info["options"] = link_fold(SAMPLE / "options/cpu", args.fold, args.seed,
                                 args.out / "npz_all/npz/tile/xla")
+    tests = {"tile:xla": args.out / "npz_all/npz/tile/xla/test"}
 else:
     for search in ("default", "random"):
         info[search] = link_fold(SAMPLE / "layout/cpu" / search, args.fold, args.seed,
                                  args.out / "npz_all/npz/layout/xla" / search)
-    # the 2nd place's test step writes into a sample submission: one row per test graph
-    rows = [f"layout:xla:{s}:{p.stem},0;1;2;3;4" for s in ("default", "random")
-            for p in sorted((args.out / "npz_all/npz/layout/xla" / s / "test").glob("*.npz"))]
-    (args.out / "sample_submission.csv").write_text("\n".join(["ID,TopConfigs", *rows]) + "\n")
+    tests = {f"layout:xla:{s}": args.out / "npz_all/npz/layout/xla" / s / "test"
+             for s in ("default", "random")}
+# the 2nd place's test step writes into a sample submission: one row per test graph
+rows = [f"{c}:{p.stem},0;1;2;3;4" for c, d in tests.items() for p in sorted(d.glob("*.npz"))]
+(args.out / "sample_submission.csv").write_text("\n".join(["ID,TopConfigs", *rows]) + "\n")
 (args.out / "fold.json").write_text(json.dumps(info, indent=1))
 print(json.dumps(next(iter(info.values()))))
