@@ -7,7 +7,7 @@
 #   2nd place: their src/data.py `repack_one_npz`, which their dataset runs on each file.
 # Each winner runs under an address-space limit (LIMIT bytes, 21 GB by default) so that a
 # loader that needs more than the machine fails with MemoryError instead of the kernel's
-# OOM killer. Usage: peers/replica_load.sh WORK   (about 25 minutes; WORK needs 20 GB free)
+# OOM killer. Usage: peers/replica_load.sh WORK   (about 16 minutes; WORK needs 20 GB free)
 set -euo pipefail
 WORK=$(mkdir -p "$1" && cd "$1" && pwd); PEERS=${PEERS:-/tmp/peers}; CORE=${CORE:-1}; LIMIT=${LIMIT:-21000000000}
 HERE=$(cd "$(dirname "$0")" && pwd); PY=$HERE/../.venv/bin/python
