@@ -226,7 +226,7 @@ def test_compare_pairs_graphs_and_averages_seeds(tmp_path):
     assert "paired difference mlp hidden=16 − sage-late hidden=16" in result.output
 
 
-def test_compare_ensemble_scores_the_mean_rank_of_the_seeds(tmp_path):
+def test_compare_ensemble_scores_the_mean_of_the_seeds_scores(tmp_path):
     from graphcost.data.collection import open_collection
     from graphcost.eval.crossval import pooled_files
     from graphcost.eval.metrics import graph_metrics
@@ -248,11 +248,10 @@ def test_compare_ensemble_scores_the_mean_rank_of_the_seeds(tmp_path):
     runs = [json.loads(f.read_text())["graphs"] for f in files]
     paths = pooled_files(open_collection(data))
     want = []
-    for name in sorted(runs[0]):  # ranks by hand: ties do not occur in float predictions
-        ranks = [np.argsort(np.argsort(r[name]["pred"])) for r in runs]
-        mean_rank = np.mean(ranks, axis=0)
+    for name in sorted(runs[0]):  # as an ensemble model scores: the mean of the scores
+        mean = np.mean([r[name]["pred"] for r in runs], axis=0)
         target = np.asarray(read_graph(paths[name]).target, dtype=np.float64)
-        want.append(graph_metrics("tile", mean_rank, target)["score"])
+        want.append(graph_metrics("tile", mean, target)["score"])
     assert cmp["runs"]["mean"]["mean"] == pytest.approx(float(np.mean(want)))
     assert cmp["runs"]["model"] == "mlp hidden=16 ensemble" and cmp["runs"]["seeds"] == ["0+1"]
     assert "ranker" not in result.output and "mlp hidden=16 ensemble" in result.output
@@ -515,3 +514,22 @@ def test_train_pools_several_sources_keeping_whole_families_for_early_stopping(t
     r = CliRunner().invoke(main, ["train", *args, args[0], "--out", str(tmp_path / "again"),
                                   *FAST])
     assert r.exit_code == 2 and "two sources named zoo" in r.output, r.output
+
+
+def test_valid_seed_keeps_the_families_of_that_seed_whatever_the_training_seed(tmp_path):
+    """The members of an ensemble train with other seeds on the same graphs: `--valid-seed`
+    picks the early-stopping families, `--seed` the rest."""
+    args = [f"{s}={write_families(tmp_path / s, 'tile', families=f)}"
+            for s, f in SOURCES.items()]
+
+    def valid(*seeds: str) -> set[str]:
+        out = tmp_path / "-".join(seeds)
+        r = CliRunner().invoke(main, ["train", *args, "--model", "mlp", "--out", str(out),
+                                      "--valid-fraction", "0.3", *seeds, *FAST])
+        assert r.exit_code == 0, r.output
+        return set(json.loads((out / "run.json").read_text())["files"]["valid"])
+
+    chosen = {seed: valid("--seed", seed) for seed in ("0", "1", "2")}
+    assert len({frozenset(v) for v in chosen.values()}) > 1  # seeds pick other families
+    for seed in ("0", "1", "2"):
+        assert valid("--seed", "3", "--valid-seed", seed) == chosen[seed]

@@ -78,8 +78,8 @@ def main(debug: bool) -> None:
 
 
 for _command in (data.info, data.validate, data.convert, data.extract,
-                 models.train_cmd, models.evaluate_cmd, models.crossval_cmd, models.rescore_cmd,
-                 models.compare_cmd,
+                 models.train_cmd, models.ensemble_cmd, models.evaluate_cmd,
+                 models.crossval_cmd, models.rescore_cmd, models.compare_cmd,
                  models.predict_cmd, models.submit_cmd,
                  measure.measure, measure.collect, measure.merge_cmd,
                  autotune.autotune_cmd, autotune.apply_cmd,

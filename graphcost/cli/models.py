@@ -62,9 +62,14 @@ class _TrainCommand(click.Command):
 @click.option("--valid-fraction", type=float, default=0.15, show_default=True,
               help="several DATA: share of the pooled graphs, whole families, kept for "
                    "early stopping")
+@click.option("--valid-seed", type=int, default=None,
+              help="several DATA: seeds which families are kept for early stopping "
+                   "[default: --seed]; the members of an ensemble (`graphcost ensemble`) "
+                   "share it")
 def train_cmd(data: tuple[str, ...], model_name: str, out_dir: str, resume: bool,
               overwrite: bool, device: str, seed: int, epochs: int | None,
-              sets: tuple[str, ...], nproc: int, valid_fraction: float) -> None:
+              sets: tuple[str, ...], nproc: int, valid_fraction: float,
+              valid_seed: int | None) -> None:
     """Train a ranking model on a collection (its train split; valid for early stopping).
 
     Several DATA (sources of programs, [NAME=]PATH as for `crossval --group source`) are
@@ -107,7 +112,8 @@ def train_cmd(data: tuple[str, ...], model_name: str, out_dir: str, resume: bool
         from graphcost.eval.crossval import pooled_sources
 
         sources = {n: open_collection(p) for n, p in source_paths(data).items()}
-        trained: Any = pooled_sources(sources, settings.seed, valid_fraction)
+        trained: Any = pooled_sources(
+            sources, settings.seed if valid_seed is None else valid_seed, valid_fraction)
     else:
         trained = _existing(data[0], folder=False)
     _, result = train_model(trained, model_name, out_dir, settings, model_kw, resume,
@@ -131,6 +137,23 @@ def _outcome(result: dict) -> str:
                 f"{result['best_value']:.4f} ({why})")
     figure = "validation OPA" if result["best_by"] == "valid_opa_pooled" else "validation score"
     return f"best epoch {result['best_epoch']} ({figure} {result['best_value']:.4f})"
+
+
+@click.command("ensemble")
+@click.argument("models", nargs=-1, required=True,
+                type=click.Path(exists=True, dir_okay=False), metavar="MODEL...")
+@click.option("--out", "out_path", required=True, type=click.Path(dir_okay=False),
+              help="the ensemble's model file")
+def ensemble_cmd(models: tuple[str, ...], out_path: str) -> None:
+    """One model that scores with the mean of MODEL...'s networks: the same model trained
+    with other seeds on the same graphs (`train --seed S --valid-seed V`). It is used as
+    any model file is."""
+    from graphcost.models.model import Model
+
+    ensemble = Model.ensemble([Model.load(p) for p in models], models)
+    ensemble.save(out_path)
+    click.echo(f"{out_path}: {ensemble.name} ({ensemble.kind}), the mean of "
+               f"{ensemble.members} networks")
 
 
 @click.command("evaluate")
@@ -318,8 +341,8 @@ def rescore_cmd(result: str, sets: tuple[str, ...], json_path: str) -> None:
               help="the per-graph figure compared: score (layout: τ; tile: tile score), "
                    "Kendall τ, or OPA")
 @click.option("--ensemble", is_flag=True,
-              help="compare the seed ensemble of RUNS (per graph, the mean of each seed's "
-                   "predicted ranks) instead of their mean score")
+              help="compare the seed ensemble of RUNS (per graph, the mean of the seeds' "
+                   "scores, as `graphcost ensemble` scores) instead of their mean score")
 @json_option
 def compare_cmd(runs: tuple[str, ...], against: tuple[str, ...], heuristics: tuple[str, ...],
                 metric: str, ensemble: bool, json_path: str | None) -> None:

@@ -95,11 +95,9 @@ def check_protocol(results: list[dict]) -> None:
 
 def seed_ensemble(runs: list[dict]) -> dict:
     """The runs of one model (one per seed) as a single result: per graph, the mean of
-    each seed's predictions as ranks (0 = predicted fastest, scaled to [0, 1]), scored
-    again on the collection's runtimes. A seed ensemble costs no training beyond the
-    seeds' own, so it is a fair opponent for a heuristic."""
-    from scipy.stats import rankdata
-
+    the seeds' scores, as a model made by `graphcost ensemble` scores (`models.ensemble`),
+    scored again on the collection's runtimes. A seed ensemble costs no training beyond
+    the seeds' own, so it is a fair opponent for a heuristic."""
     from graphcost.eval.metrics import graph_metrics
     from graphcost.formats.npz import read_graph
 
@@ -111,9 +109,8 @@ def seed_ensemble(runs: list[dict]) -> dict:
     files = scored_files(runs[0])
     rows = {}
     for name in sorted(set.intersection(*(set(r["graphs"]) for r in runs))):
-        ranks = [(rankdata(r["graphs"][name]["pred"]) - 1) / max(len(r["graphs"][name]["pred"])
-                                                                 - 1, 1) for r in runs]
-        pred = np.mean(ranks, axis=0)
+        pred = np.mean([np.asarray(r["graphs"][name]["pred"], dtype=np.float64)
+                        for r in runs], axis=0)
         target = np.asarray(read_graph(files[name]).target, dtype=np.float64)
         if target.shape != pred.shape:
             raise UserError(f"{name}: {pred.size} predictions for its {target.size} configs "

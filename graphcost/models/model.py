@@ -4,12 +4,14 @@ A `Model` is what `graphcost.train.fit` trains and `models.scorer.ConfigScorer` 
 with; it does not train itself (models never import training). A saved model carries
 its name, settings, the FeatureTransform fitted on the train split, its weights and
 the graphcost version that wrote it, so `Model.load` rebuilds it with no other input.
+A model of several `members` (`Model.ensemble`) holds that many networks trained apart
+and scores with their mean (`models.ensemble`).
 """
 
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Iterable
+from collections.abc import Iterable, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -24,6 +26,7 @@ from graphcost.errors import SettingsError, UserError
 from graphcost.formats import Graph
 from graphcost.models.base import GraphTensors, RankingNet, graph_tensors
 from graphcost.models.checkpoint import atomic_save, load_checkpoint, require_keys
+from graphcost.models.ensemble import EnsembleNet
 from graphcost.models.registry import MODELS
 
 FORMAT = "graphcost-model/1"
@@ -56,6 +59,8 @@ class Model:
                                 "of its rule: it needs a 'prior'")
         self.transform: FeatureTransform | None = None
         self.net: RankingNet | None = None
+        #: networks scored as one (`models.ensemble`); 1: a single network
+        self.members = 1
         #: the collection it was trained on (`tile:xla`, `options:cpu`, …; None when not
         #: known): a tile model of TPU tile sizes must not rank XLA:CPU compiler options
         self.collection: str | None = None
@@ -86,8 +91,43 @@ class Model:
         self.transform = transform
         config_dim = (transform.tile_config_dim if self.kind == "tile"
                       else transform.layout_config_dim)
-        self.net = self.spec.net(self.kind, self.settings, transform.node_dim, config_dim)
+        nets = [self.spec.net(self.kind, self.settings, transform.node_dim, config_dim)
+                for _ in range(self.members)]
+        self.net = nets[0] if self.members == 1 else EnsembleNet(nets)
         return self
+
+    @classmethod
+    def ensemble(cls, models: Sequence[Model], names: Sequence[str] = ()) -> Model:
+        """One model scoring with the mean of `models`' networks (`names` say which is
+        which in a refusal). They must be one model trained apart: the same name, kind,
+        settings, feature transform and training collection, each a single network."""
+        names = list(names) or [f"model {i + 1}" for i in range(len(models))]
+        if len(models) < 2:
+            raise UserError(f"an ensemble needs at least two models, got {len(models)}")
+        first = models[0]
+        for m, name in zip(models, names, strict=True):
+            if m.net is None or m.transform is None:
+                raise UserError(f"{name}: not a trained model")
+            if m.members != 1:
+                raise UserError(f"{name}: already an ensemble of {m.members}; give its "
+                                "members' own files")
+            differs = next((what for what, a, b in (
+                ("model", m.name, first.name), ("kind", m.kind, first.kind),
+                ("collection", m.collection, first.collection),
+                ("settings", dataclasses.asdict(m.settings), dataclasses.asdict(first.settings)),
+                ("feature transform", m.transform.to_dict(), first.transform.to_dict()))
+                if a != b), None)
+            if differs is not None:
+                raise UserError(f"{name} differs from {names[0]} in its {differs}; an "
+                                "ensemble's members are one model trained with other seeds "
+                                "on the same graphs (`graphcost train --valid-seed`)")
+        out = cls(first.name, first.kind, first.settings)
+        out.collection, out.members = first.collection, len(models)
+        out.build(first.transform)
+        assert isinstance(out.net, EnsembleNet)
+        for net, m in zip(out.net.members, models, strict=True):
+            net.load_state_dict(m.net.state_dict())
+        return out
 
     def fit_transform(self, graphs: Iterable[Graph]) -> FeatureTransform:
         """The feature transform this model is trained with, fitted on `graphs`."""
@@ -118,7 +158,8 @@ class Model:
         if self.net is None or self.transform is None:
             raise RuntimeError("the model is not fitted: nothing to save")
         return {"format": FORMAT, "version": __version__, "name": self.name, "kind": self.kind,
-                "collection": self.collection, "settings": dataclasses.asdict(self.settings),
+                "collection": self.collection, "members": self.members,
+                "settings": dataclasses.asdict(self.settings),
                 "transform": self.transform.to_dict(),
                 "state_dict": {k: v.detach().cpu() for k, v in self.net.state_dict().items()}}
 
@@ -141,6 +182,11 @@ class Model:
                                 what=f"{state['name']} setting in the checkpoint")
         model = cls(state["name"], state["kind"], settings)
         model.collection = state.get("collection")  # absent in older files
+        members = state.get("members", 1)  # absent in older files: one network
+        if not isinstance(members, int) or isinstance(members, bool) or members < 1:
+            raise UserError(f"not a graphcost model: its 'members' is {members!r}, not a "
+                            "count of networks")
+        model.members = members
         try:
             transform = FeatureTransform.from_dict(state["transform"])
         except (KeyError, TypeError, ValueError) as e:
