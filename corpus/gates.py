@@ -9,10 +9,13 @@ measuring: the graph, and the two models' scores.
 
 - loop gate: the rule alone on graphs with a while loop, the ranker elsewhere;
 - agreement gate: the rule alone where the ranker's order of the configs agrees with the
-  rule's less than g (Kendall τ between their scores), g chosen on the other sources.
+  rule's less than g (Kendall τ between their scores), g chosen on the other sources;
+- distance gate: the rule alone where the graph's mix of opcodes (the share of its nodes
+  of each) lies farther than d (L1) from every graph of the other sources, the ones its
+  model trained on; d chosen on the other sources among the distances' quantiles.
 
-With more seeds of the ranker, two more: the seeds' ensemble (each graph's scores
-standardized per seed, then averaged), and a disagreement gate (the rule alone where
+With more seeds of the ranker, two more: the seeds' ensemble (per graph the mean of
+the seeds' scores, as `graphcost ensemble` scores), and a disagreement gate (the rule alone where
 two seeds order the configs alike less than g, g chosen on the other sources).
 
 It prints ranker − rule (τ, bootstrap 95% interval over graphs) without a gate, on the
@@ -42,18 +45,18 @@ def interval(values: list[float]) -> str:
 
 
 def gate(agree: dict[str, float], gain: dict[str, float], source: dict[str, str],
-         label: str) -> list[float]:
-    """ranker − rule where `agree` ≥ g, 0 (the rule) elsewhere; each source's g chosen as
-    the level best on the other sources."""
+         label: str, levels: tuple[float, ...] = LEVELS) -> list[float]:
+    """ranker − rule where `agree` ≥ g, 0 (the rule) elsewhere; each source's g chosen
+    among `levels` as the one best on the other sources."""
     def kept(level: float, among: list[str]) -> list[float]:
         return [gain[n] if agree[n] >= level else 0.0 for n in among]
 
     chosen = []
     for s in sorted(set(source.values())):
         others = [n for n in gain if source[n] != s]
-        g = max(LEVELS, key=lambda level: np.mean(kept(level, others)))
+        g = max(levels, key=lambda level: np.mean(kept(level, others)))
         chosen += kept(g, [n for n in gain if source[n] == s])
-        print(f"  {label} for {s}: g = {g:+.1f} (chosen on the other sources)")
+        print(f"  {label} for {s}: g = {g:+.2f} (chosen on the other sources)")
     return chosen
 
 
@@ -69,27 +72,23 @@ def agreement(a: list[float], b: list[float]) -> float:
     return float(np.nan_to_num(kendall_tau(a, b)))
 
 
-def standardized(pred: list[float]) -> np.ndarray:
-    p = np.asarray(pred, dtype=np.float64)
-    return (p - p.mean()) / (p.std() or 1.0)
-
-
 def main(ranker_json: str, rule_json: str, seeds: list[str]) -> None:
     ranker = json.loads(Path(ranker_json).read_text())
     rule = json.loads(Path(rule_json).read_text())["graphs"]
     others = [json.loads(Path(f).read_text())["graphs"] for f in seeds]
-    files = {f.stem: f for folder in ranker["data"].values()
-             for f in Path(folder).glob("*/*.npz")}
+    files = {f.stem: f for run in (ranker, json.loads(Path(rule_json).read_text()))
+             for folder in run["data"].values() for f in Path(folder).glob("*/*.npz")}
     graphs = ranker["graphs"]
     names = [n for n in graphs if n in rule and all(n in o for o in others)
              and not np.isnan(graphs[n]["kendall_tau"]) and not np.isnan(rule[n]["kendall_tau"])]
     gain = {n: graphs[n]["kendall_tau"] - rule[n]["kendall_tau"] for n in names}
     source = {n: graphs[n]["source"] for n in names}
-    loop, runtime = {}, {}
+    loop, runtime, mix = {}, {}, {}
     for n in names:
         with np.load(files[n]) as arrays:
             loop[n] = bool((arrays["node_opcode"] == WHILE).any())
             runtime[n] = arrays["config_runtime"]
+            mix[n] = np.bincount(arrays["node_opcode"], minlength=256) / arrays["node_opcode"].size
     agree = {n: agreement(graphs[n]["pred"], rule[n]["pred"]) for n in names}
 
     ranked = {n: kendall_tau_ranked(graphs[n]["pred"], runtime[n])
@@ -107,6 +106,13 @@ def main(ranker_json: str, rule_json: str, seeds: list[str]) -> None:
     print(f"agreement gate:                  {interval(chosen)}")
     r = np.corrcoef([agree[n] for n in names], [gain[n] for n in names])[0, 1]
     print(f"correlation of agreement and ranker − rule: {r:+.3f}")
+    far = {n: -min(float(np.abs(mix[n] - mix[m]).sum()) for m in names
+                   if source[m] != source[n]) for n in names}  # −distance: near = high
+    chosen = gate(far, gain, source, "distance gate",
+                  levels=tuple(np.quantile(list(far.values()), (0, .05, .1, .2, .3, .4, .5))))
+    print(f"distance gate:                   {interval(chosen)}")
+    r = np.corrcoef([far[n] for n in names], [gain[n] for n in names])[0, 1]
+    print(f"correlation of nearness and ranker − rule: {r:+.3f}")
     if not others:
         return
     runs = [graphs, *others]
@@ -115,7 +121,7 @@ def main(ranker_json: str, rule_json: str, seeds: list[str]) -> None:
     print(f"{len(runs)} seeds, their mean τ − rule: {interval(list(mean_gain.values()))}")
     for s, text in by_source(mean_gain, source).items():
         print(f"    {s}: {text}")
-    ensemble = {n: kendall_tau(np.mean([standardized(o[n]["pred"]) for o in runs], axis=0),
+    ensemble = {n: kendall_tau(np.mean([o[n]["pred"] for o in runs], axis=0),
                                runtime[n]) - rule[n]["kendall_tau"] for n in names}
     print(f"ensemble of the seeds − rule:    {interval(list(ensemble.values()))}")
     for s, text in by_source(ensemble, source).items():
