@@ -397,3 +397,32 @@ def test_confirm_times_each_strategys_choice_again_with_the_default():
     assert speed["random"] == speed["coordinate"]  # one config, timed once for both
     assert c["over_random"]["coordinate"][0] == pytest.approx(1.0)
     assert c["rounds"] == 3 and "mlp.000" in said[0]
+
+
+def test_bench_search_ensemble_orders_by_the_mean_of_the_seeds_scores(table, tmp_path):
+    from graphcost.bench.search import CHOICES, bench_search
+    from graphcost.data.collection import open_collection
+    from graphcost.eval.crossval import pooled_files
+    from graphcost.eval.folds import fold_model, fold_runs
+    from graphcost.models.scorer import ConfigScorer
+    from graphcost.train.settings import TrainSettings
+
+    settings = TrainSettings(epochs=1, progress=False)
+    kw = {"strategies": ["model"], "seeds": (0, 1), "budget": 10, "headroom": 1.0,
+          "folds": 2, "settings": settings}
+    ens = bench_search(table, table, tmp_path, ensemble=True, **kw)
+    each = bench_search(table, table, tmp_path, **kw)  # the same fold models, reused
+    assert ens.ensemble and not each.ensemble
+    models = [fold_model(r) for r in fold_runs(table, "ranker", (0, 1), tmp_path, settings, 2,
+                                               lambda _m: None)]
+    files = pooled_files(open_collection(table))
+    differs = 0
+    for p, q in zip(ens.programs, each.programs, strict=True):
+        t = read_table(files[p["name"]])
+        # each seed's model of the fold that held the program out (the table is the data)
+        scores = [ConfigScorer(m(p["name"]), t.graph).scores() for m in models]
+        want, _ = anytime(make_strategy("model", t.configs, CHOICES, 0,
+                                        np.mean(scores, axis=0)), t, 10)
+        np.testing.assert_allclose(p["curves"]["model"], want)
+        differs += not np.allclose(p["curves"]["model"], q["curves"]["model"])
+    assert differs  # the ensemble's order is not one seed's, nor their curves' mean

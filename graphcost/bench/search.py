@@ -19,8 +19,9 @@ program, at every budget, in seconds (the NAS-Bench idea). The rules of the game
   headroom are still chosen by the stored runtimes);
 - model strategies use, for each program, a model that never saw its family: the fold
   models of `graphcost crossval` on the training collection (`eval.folds`, shared with
-  `bench families`), one per seed; a family the training collection lacks takes the
-  first fold's;
+  `bench families`), one per seed, or with `ensemble` the seeds' models as one (the
+  mean of their scores, as `graphcost ensemble` scores); a family the training
+  collection lacks takes the first fold's;
 - prior strategies use, for each program, the move prior (`autotune.table.move_prior`)
   of the table's programs of other families;
 - the model-free strategies run `draws` seeds per program; every figure is a geometric
@@ -105,6 +106,7 @@ class SearchBenchResult(BenchResult):
     confirmed: dict[str, Any] | None = None  # `confirm_choices`
     cross_rounds: bool = False  # told half the timing rounds, scored on the other half
     table_rounds: int = 0  # only the table's first that many timing rounds (0: all)
+    ensemble: bool = False  # the model strategies scored with the seeds' models as one
 
 
 def summarize(programs: list[dict[str, Any]], strategies: Sequence[str],
@@ -138,7 +140,7 @@ def bench_search(table: str | Path, data: str | Path, out: str | Path,
                  settings: TrainSettings | None = None, confirm_k: int = 0,
                  protocol: Protocol | None = None, core: int | None = None,
                  model: str = "ranker", cross_rounds: bool = False,
-                 table_rounds: int | None = None,
+                 table_rounds: int | None = None, ensemble: bool = False,
                  log: Callable[[str], Any] | None = None) -> SearchBenchResult:
     """Every strategy on every program of `table` (see the module docstring). Fold models
     (`model`: a model or rule `crossval` trains) are trained on `data` under `out` once
@@ -185,6 +187,8 @@ def bench_search(table: str | Path, data: str | Path, out: str | Path,
         say(f"{name}: {len(t.configs)} configs, {t.executables} "
             f"executables, optimum {t.optimum:.3f}x")
         scores = [ConfigScorer(m(held_out[family_of(name)]), t.graph).scores() for m in models]
+        if ensemble and scores:
+            scores = [np.mean(scores, axis=0)]
         priors = [move_prior(g for n, g in view.items() if family_of(n) != family_of(name))
                   for view in gains]
         curves: dict[str, list[float]] = {}
@@ -195,7 +199,8 @@ def bench_search(table: str | Path, data: str | Path, out: str | Path,
                                           scores[i] if model_run else None, priors[v]),
                             told, budget, worth)
                     for v, (told, worth) in enumerate(views[name])
-                    for i, seed in enumerate(seeds if model_run else range(draws))]
+                    for i, seed in enumerate(seeds[:len(scores)] if model_run
+                                              else range(draws))]
             curves[s] = np.exp(np.mean([np.log(c) for c, _ in runs], axis=0)).tolist()
             choices[s] = list(runs[0][1][min(confirm_k, budget) - 1])  # first seed's
         optimum = np.exp(np.mean([np.log(worth[t.default] / worth[np.argmin(told.runtime)])
@@ -214,7 +219,8 @@ def bench_search(table: str | Path, data: str | Path, out: str | Path,
                              programs=programs,
                              summary=summarize(programs, strategies, budgets, headroom),
                              confirm_k=confirm_k, confirmed=confirmed,
-                             cross_rounds=cross_rounds, table_rounds=table_rounds or 0)
+                             cross_rounds=cross_rounds, table_rounds=table_rounds or 0,
+                             ensemble=ensemble)
 
 
 def _rounds(t: Table, path: Path, first: int | None, option: str) -> np.ndarray:
@@ -281,7 +287,8 @@ def format_search(result: SearchBenchResult) -> str:
         what = f"its first {result.table_rounds} timing rounds; {what}"
     lines = [f"{result.table}: {len(result.programs)} programs, {len(rows)} with ≥ "
              f"{result.headroom:.2f}x headroom ({what}, {_ci(optimum)}x); model seeds "
-             f"{result.seeds}, {result.draws} draws of each model-free strategy",
+             f"{result.seeds}{' as one ensemble' if result.ensemble else ''}, "
+             f"{result.draws} draws of each model-free strategy",
              f"{'K':>3} {'strategy':17} {'speed-up [95% CI]':>24} {'share of optimum':>24} "
              f"{'pooled share':>24} "
              + " ".join(f"{'over ' + b:>24}" for b in BASELINES if b in result.strategies)]

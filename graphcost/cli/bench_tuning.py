@@ -301,12 +301,15 @@ def bench_noise_cmd(program: str, rounds: int, runs: int, core: int | None,
 @click.option("--table-rounds", type=click.IntRange(min=1), default=None,
               help="count only the table's first N timing rounds: what a table timed in "
                    "fewer rounds would say")
+@click.option("--ensemble", is_flag=True,
+              help="the model strategies score with the seeds' fold models as one ensemble "
+                   "(the mean of their scores), not with each seed's in turn")
 @json_option
 def bench_search_cmd(table: str, data: str | None, out_dir: str, strategies: str, seeds: str,
                      folds: int, draws: int, budget: int, headroom: float, epochs: int | None,
                      model_name: str, plot_path: str | None, confirm_k: int | None,
                      confirm_rounds: int, core: int | None, cross_rounds: bool,
-                     table_rounds: int | None, json_path: str | None) -> None:
+                     table_rounds: int | None, ensemble: bool, json_path: str | None) -> None:
     """Search strategies on a table of measured option configs: the best speed-up each
     finds for a budget of measurements, against the table's optimum and random search."""
     core = pin(core, no_pin=not confirm_k)  # before torch and JAX start their threads
@@ -325,7 +328,7 @@ def bench_search_cmd(table: str, data: str | None, out_dir: str, strategies: str
     result = bench_search(table, data, out_dir, comma_list(strategies), seed_list, draws,
                           budget, headroom, folds, settings, confirm_k or 0,
                           Protocol(rounds=confirm_rounds), core, model_name, cross_rounds,
-                          table_rounds, log=click.echo)
+                          table_rounds, ensemble, log=click.echo)
     click.echo(format_search(result))
     if plot_path:
         click.echo(f"wrote {plot_search(result, plot_path)}")
