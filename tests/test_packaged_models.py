@@ -19,9 +19,12 @@ def test_each_packaged_model_loads_and_is_the_one_its_card_describes(space, kind
     m = Model.load(packaged_model(space))
     assert (m.name, m.kind, m.collection) == ("ranker", kind, collection)
     card = (HOME / "README.md").read_text()
-    # the card states the shrinkage each model ships with, as the model holds it
-    assert f"`{FILES[space].name}`: correction {m.settings.correction:g}" in card
+    # the card states the shrinkage each model ships with, and how many networks it
+    # averages, as the model holds them
+    members = f", an ensemble of {m.members}" if m.members > 1 else "."
+    assert f"`{FILES[space].name}`: correction {m.settings.correction:g}{members}" in card
     assert m.settings.prior and 0 <= m.settings.correction <= 1
+    assert m.members == (3 if space == "layout" else 1)
 
 
 def test_a_missing_packaged_model_is_named(monkeypatch, tmp_path):
