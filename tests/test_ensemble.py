@@ -102,3 +102,22 @@ def test_the_ensemble_command_writes_one_model_or_nothing(tmp_path):
     r = CliRunner().invoke(main, ["ensemble", paths[0], other, "--out", str(bad)])
     refused(r, f"{other} differs from {paths[0]} in its settings", "--valid-seed")
     assert not bad.exists()
+
+
+def test_an_ensemble_trained_from_scratch_fits_every_members_rule():
+    """A ranker on top of config-only fits the rule before training; an ensemble's
+    members each fit theirs, as a single model does, on the same graphs."""
+    gs = graphs("tile")
+    kw = {"hidden": 16, "opcode_dim": 8, "layers": 1, "ref_configs": 8,
+          "prior": "config-only"}
+    single = Model("ranker", "tile", **kw)
+    single.build(single.fit_transform(gs))
+    single.net.fit_prior(single.prepare(g) for g in gs)
+    fitted = single.net.prior.rule.state_dict()
+    assert fitted["linear_weight"].abs().sum() > 0
+    ens = Model("ranker", "tile", **kw)
+    ens.members = 2
+    fit(ens, gs, settings=TrainSettings(epochs=1, configs_per_graph=8, progress=False))
+    for net in ens.net.members:
+        for key, value in net.prior.rule.state_dict().items():
+            torch.testing.assert_close(value, fitted[key], equal_nan=True)
