@@ -533,3 +533,25 @@ def test_valid_seed_keeps_the_families_of_that_seed_whatever_the_training_seed(t
     assert len({frozenset(v) for v in chosen.values()}) > 1  # seeds pick other families
     for seed in ("0", "1", "2"):
         assert valid("--seed", "3", "--valid-seed", seed) == chosen[seed]
+
+
+def test_crossval_valid_seed_holds_out_the_families_of_that_seed(tmp_path):
+    """`--valid-seed` seeds the folds and their early-stopping families; `--seed` then
+    seeds training alone, so runs of several seeds can form one ensemble's members."""
+    data = write_families(tmp_path / "data", "tile")
+
+    def folds(*seeds: str) -> tuple[list, dict]:
+        out = tmp_path / ("-".join(seeds) + ".json")
+        r = CliRunner().invoke(main, ["crossval", str(data), "--folds", "2", "--model", "mlp",
+                                      *seeds, "--json", str(out), *FAST])
+        assert r.exit_code == 0, r.output
+        result = json.loads(out.read_text())
+        plan = [(f["held_out"], f["valid"]) for f in result["fold_results"]]
+        return plan, result
+
+    plans = {seed: folds("--seed", seed)[0] for seed in ("0", "1", "2")}
+    assert len({json.dumps(p) for p in plans.values()}) > 1  # seeds deal other folds
+    for seed in ("0", "1", "2"):
+        plan, result = folds("--seed", "3", "--valid-seed", seed)
+        assert plan == plans[seed]
+        assert (result["seed"], result["valid_seed"]) == (3, int(seed))

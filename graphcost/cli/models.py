@@ -233,6 +233,10 @@ def submit_cmd(data: str, models: tuple[str, ...], out_path: str, split: str, de
                    "stopping (0: none)")
 @click.option("--seed", type=int, default=0, show_default=True,
               help="seeds the fold assignment, the validation families and training")
+@click.option("--valid-seed", type=int, default=None,
+              help="seeds the fold assignment and the validation families instead of "
+                   "--seed (which then seeds training only): runs of other seeds hold out "
+                   "the same families, as the members of an ensemble do")
 @click.option("--out", "out_dir", type=click.Path(file_okay=False), default=None,
               help="keep each fold's run in OUT/fold-<i> and the results in OUT/crossval.json")
 @click.option("--json", "json_path", type=click.Path(dir_okay=False), default=None,
@@ -255,7 +259,7 @@ def submit_cmd(data: str, models: tuple[str, ...], out_path: str, split: str, de
 def crossval_cmd(data: tuple[str, ...], folds: int, model_name: str, sets: tuple[str, ...],
                  epochs: int | None, valid_fraction: float, seed: int, out_dir: str | None,
                  json_path: str | None, group: str, external: str | None, verbose: bool,
-                 jobs: int, device: str) -> None:
+                 jobs: int, device: str, valid_seed: int | None) -> None:
     """Leave-family-out k-fold cross-validation on every graph of a collection (all its
     splits pooled): per-fold and overall mean τ (tile: tile score) with 95% intervals.
     With `--group source`, one collection per source, each held out in turn."""
@@ -275,7 +279,8 @@ def crossval_cmd(data: tuple[str, ...], folds: int, model_name: str, sets: tuple
         scored = _existing(data[0])
     result = crossvalidate(scored, model_name, folds, settings, model_kw, out_dir,
                            settings.seed,  # --seed, or --set seed=: it seeds the folds too
-                           valid_fraction, group, external, log=click.echo, jobs=jobs)
+                           valid_fraction, group, external, log=click.echo, jobs=jobs,
+                           valid_seed=valid_seed)
     click.echo(format_overall(result))
     if json_path:
         write_json(result, json_path)

@@ -204,7 +204,8 @@ def crossvalidate(data: str | Path | Mapping[str, str | Path], model: str = "ran
                   out_dir: str | Path | None = None, seed: int = 0,
                   valid_fraction: float = 0.15, group: str = "family",
                   external: str | Path | None = None,
-                  log: Callable[[str], None] | None = None, jobs: int = 1) -> dict:
+                  log: Callable[[str], None] | None = None, jobs: int = 1,
+                  valid_seed: int | None = None) -> dict:
     """Train and evaluate one model per fold; return per-fold and per-graph figures and
     the overall means with 95% intervals (every graph scored once, by its fold's model;
     each graph row keeps its scores, `pred`, in config order).
@@ -219,6 +220,8 @@ def crossvalidate(data: str | Path | Mapping[str, str | Path], model: str = "ran
     `jobs` > 1 trains that many folds at once, each in its own process with its share of
     the cores (`run_folds`): each fold trains as it would alone, only its threads differ,
     and the result lists the folds in order.
+    `valid_seed` seeds the folds and their validation families in place of `seed`, so
+    that runs of other seeds hold out the same families (the members of an ensemble).
     """
     say = log or (lambda _: None)
     sources = None
@@ -240,21 +243,23 @@ def crossvalidate(data: str | Path | Mapping[str, str | Path], model: str = "ran
     if jobs < 1:
         raise UserError(f"jobs must be at least 1 (folds trained at once), got {jobs}")
     scored: Any
+    planned = seed if valid_seed is None else valid_seed
     if sources is not None:
-        plan = source_folds(sources, seed, valid_fraction)
+        plan = source_folds(sources, planned, valid_fraction)
         folds, scored = len(plan), {n: str(c.root.resolve()) for n, c in sources.items()}
     elif external is None:
-        plan = plan_folds(coll, folds, seed, valid_fraction, group)
+        plan = plan_folds(coll, folds, planned, valid_fraction, group)
         scored = str(Path(data).resolve())
     else:
         ext = open_collection(external)
-        plan, scored, folds, group = [external_fold(coll, ext, seed, valid_fraction)], \
+        plan, scored, folds, group = [external_fold(coll, ext, planned, valid_fraction)], \
             str(Path(external).resolve()), 1, "external"
     result: dict[str, Any] = {
         "collection": coll.name if external is None else f"{ext.name} at {ext.root}",
         "data": scored, "kind": kind,
         "trained_on": coll.name, "model": model, "model_settings": model_settings or {},
         "settings": dataclasses.asdict(s), "folds": folds, "seed": seed,
+        "valid_seed": planned,
         "valid_fraction": valid_fraction, "group": group, "fold_results": [], "graphs": {},
         "skipped": []}
     with tempfile.TemporaryDirectory(prefix="graphcost-crossval-") as tmp:
