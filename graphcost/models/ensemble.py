@@ -7,8 +7,10 @@ data, and each seed's errors there are its own. The mean of their scores,
 
 keeps what they agree on. Over eleven sources held out in turn, the mean of three
 seeds' layout rankers scores above the average seed by +0.027 τ on layout:cpu:random and
-+0.015 on layout:cpu:default (`docs/results.md`, "Source by source"). The members share
-the model's name, settings and feature transform (so one prepared graph feeds them all);
++0.015 on layout:cpu:default, where each seed also stopped early on other families;
+sharing those, it is level with one seed (`docs/results.md`, "Source by source"). The
+members share the model's name, settings and feature transform (one prepared graph
+feeds them all);
 a mean of raw scores, not of standardized ones, so a config's score never depends on
 which other configs are scored with it.
 """
