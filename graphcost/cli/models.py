@@ -64,8 +64,7 @@ class _TrainCommand(click.Command):
                    "early stopping")
 @click.option("--valid-seed", type=int, default=None,
               help="several DATA: seeds which families are kept for early stopping "
-                   "[default: --seed]; the members of an ensemble (`graphcost ensemble`) "
-                   "share it")
+                   "[default: --seed]")
 def train_cmd(data: tuple[str, ...], model_name: str, out_dir: str, resume: bool,
               overwrite: bool, device: str, seed: int, epochs: int | None,
               sets: tuple[str, ...], nproc: int, valid_fraction: float,
@@ -146,8 +145,8 @@ def _outcome(result: dict) -> str:
               help="the ensemble's model file")
 def ensemble_cmd(models: tuple[str, ...], out_path: str) -> None:
     """One model that scores with the mean of MODEL...'s networks: the same model trained
-    with other seeds on the same graphs (`train --seed S --valid-seed V`). It is used as
-    any model file is."""
+    with other seeds (`train --seed S`), each keeping the feature transform it was fitted
+    with. It is used as any model file is."""
     from graphcost.models.model import Model
 
     ensemble = Model.ensemble([Model.load(p) for p in models], models)
@@ -236,7 +235,7 @@ def submit_cmd(data: str, models: tuple[str, ...], out_path: str, split: str, de
 @click.option("--valid-seed", type=int, default=None,
               help="seeds the fold assignment and the validation families instead of "
                    "--seed (which then seeds training only): runs of other seeds hold out "
-                   "the same families, as the members of an ensemble do")
+                   "the same families")
 @click.option("--out", "out_dir", type=click.Path(file_okay=False), default=None,
               help="keep each fold's run in OUT/fold-<i> and the results in OUT/crossval.json")
 @click.option("--json", "json_path", type=click.Path(dir_okay=False), default=None,

@@ -8,7 +8,7 @@ wide-range columns through sign(x)·log1p(|x|), then every column standardised.
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 
 import numpy as np
@@ -105,6 +105,37 @@ class _ColumnTransform:
         return cls(np.array(d["keep"], np.int64), np.array(d["log"], bool),
                    np.array(d["mean"]), np.array(d["std"]))
 
+    @classmethod
+    def union(cls, parts: Sequence[_ColumnTransform]) -> _ColumnTransform:
+        """Every (column, log) pair any of `parts` reads, scaled as the first that reads it."""
+        first: dict[tuple[int, bool], tuple[float, float]] = {}
+        for p in parts:
+            for j, lg, mu, sd in zip(p.keep, p.log, p.mean, p.std, strict=True):
+                first.setdefault((int(j), bool(lg)), (float(mu), float(sd)))
+        keys = sorted(first)
+        return cls(np.array([j for j, _ in keys], np.int64), np.array([lg for _, lg in keys]),
+                   np.array([first[k][0] for k in keys]), np.array([first[k][1] for k in keys]))
+
+    def affine_from(self, common: _ColumnTransform) -> ColumnMap:
+        """These columns from `common`'s outputs y: (y·σ_c + μ_c − μ)/σ per column."""
+        pairs = zip(common.keep, common.log, strict=True)
+        at = {(int(j), bool(lg)): k for k, (j, lg) in enumerate(pairs)}
+        index = np.array([at[int(j), bool(lg)]
+                          for j, lg in zip(self.keep, self.log, strict=True)], np.int64)
+        return ColumnMap(index, common.std[index] / self.std,
+                         (common.mean[index] - self.mean) / self.std, int(common.keep.size))
+
+
+@dataclass
+class ColumnMap:
+    """x = y[:, index] · scale + shift: one fitted transform's columns from another's
+    `width` columns (columns a model adds after them, e.g. loop depths, pass as they are)."""
+
+    index: np.ndarray
+    scale: np.ndarray
+    shift: np.ndarray
+    width: int
+
 
 STYLES = ("standard", "minmax", "raw")
 
@@ -198,6 +229,33 @@ class FeatureTransform:
             raise ValueError("this transform was fitted on layout graphs: no tile config stats")
         return self.tile_config_columns(config_feat)
 
+    @classmethod
+    def union(cls, transforms: Sequence[FeatureTransform]) -> FeatureTransform:
+        """One transform from whose outputs each of `transforms`' follow by a map of columns
+        (`map_to`): what networks trained on different graphs, each with its own fitted
+        transform, read from one prepared graph. ValueError if they are of different styles
+        or transform layout configs differently (not mapped)."""
+        first = transforms[0]
+        for t in transforms[1:]:
+            if t.style != first.style:
+                raise ValueError(f"feature styles {first.style!r} and {t.style!r} differ")
+            if (t.tile_config_columns is None) != (first.tile_config_columns is None):
+                raise ValueError("one transform reads tile configs and another does not")
+            if _as_dict(t.layout_config_columns) != _as_dict(first.layout_config_columns):
+                raise ValueError("their layout config transforms differ")
+        tiles = [t.tile_config_columns for t in transforms if t.tile_config_columns is not None]
+        return cls(_ColumnTransform.union([t.node_columns for t in transforms]),
+                   _ColumnTransform.union(tiles) if tiles else None, first.style,
+                   first.layout_config_columns)
+
+    def map_to(self, other: FeatureTransform) -> tuple[ColumnMap, ColumnMap | None]:
+        """How `other`'s node and tile config features follow from this transform's (made
+        by `union` from a list holding `other`)."""
+        tile = other.tile_config_columns
+        return (other.node_columns.affine_from(self.node_columns),
+                None if tile is None or self.tile_config_columns is None
+                else tile.affine_from(self.tile_config_columns))
+
     def to_dict(self) -> dict:
         tile = self.tile_config_columns
         layout = self.layout_config_columns
@@ -211,3 +269,7 @@ class FeatureTransform:
                    _ColumnTransform.from_dict(tile) if tile else None,
                    d.get("style", "standard"),
                    _ColumnTransform.from_dict(layout) if layout else None)
+
+
+def _as_dict(cols: _ColumnTransform | None) -> dict | None:
+    return None if cols is None else cols.to_dict()

@@ -61,6 +61,9 @@ class Model:
         self.net: RankingNet | None = None
         #: networks scored as one (`models.ensemble`); 1: a single network
         self.members = 1
+        #: each member's own feature transform, when they differ (`transform` is then
+        #: their union, `FeatureTransform.union`); None: all read `transform`
+        self.member_transforms: list[FeatureTransform] | None = None
         #: the collection it was trained on (`tile:xla`, `options:cpu`, …; None when not
         #: known): a tile model of TPU tile sizes must not rank XLA:CPU compiler options
         self.collection: str | None = None
@@ -82,25 +85,31 @@ class Model:
 
     # ---------------------------------------------------------------- building
 
-    def build(self, transform: FeatureTransform) -> Model:
-        """Create the network for a fitted transform (its input sizes come from it)."""
+    def build(self, transform: FeatureTransform,
+              member_transforms: Sequence[FeatureTransform] | None = None) -> Model:
+        """Create the network for a fitted transform (its input sizes come from it); an
+        ensemble's members each for their own transform, read from `transform`, their
+        union (`FeatureTransform.union`)."""
         if transform.style != self.spec.features:
             raise UserError(f"model {self.name} needs {self.spec.features!r} features, "
                             f"the transform is {transform.style!r} (a model written by "
                             "another graphcost version?)")
         self.transform = transform
-        config_dim = (transform.tile_config_dim if self.kind == "tile"
-                      else transform.layout_config_dim)
-        nets = [self.spec.net(self.kind, self.settings, transform.node_dim, config_dim)
-                for _ in range(self.members)]
-        self.net = nets[0] if self.members == 1 else EnsembleNet(nets)
+        self.member_transforms = list(member_transforms) if member_transforms else None
+        own = self.member_transforms or [transform] * self.members
+        nets = [self.spec.net(self.kind, self.settings, t.node_dim,
+                              t.tile_config_dim if self.kind == "tile" else t.layout_config_dim)
+                for t in own]
+        inputs = None if self.member_transforms is None else [transform.map_to(t) for t in own]
+        self.net = nets[0] if self.members == 1 else EnsembleNet(nets, inputs)
         return self
 
     @classmethod
     def ensemble(cls, models: Sequence[Model], names: Sequence[str] = ()) -> Model:
         """One model scoring with the mean of `models`' networks (`names` say which is
         which in a refusal). They must be one model trained apart: the same name, kind,
-        settings, feature transform and training collection, each a single network."""
+        settings and training collection, each a single network; each keeps the feature
+        transform it was fitted with (on other graphs when it early-stopped on others)."""
         names = list(names) or [f"model {i + 1}" for i in range(len(models))]
         if len(models) < 2:
             raise UserError(f"an ensemble needs at least two models, got {len(models)}")
@@ -114,16 +123,21 @@ class Model:
             differs = next((what for what, a, b in (
                 ("model", m.name, first.name), ("kind", m.kind, first.kind),
                 ("collection", m.collection, first.collection),
-                ("settings", dataclasses.asdict(m.settings), dataclasses.asdict(first.settings)),
-                ("feature transform", m.transform.to_dict(), first.transform.to_dict()))
+                ("settings", dataclasses.asdict(m.settings), dataclasses.asdict(first.settings)))
                 if a != b), None)
             if differs is not None:
                 raise UserError(f"{name} differs from {names[0]} in its {differs}; an "
-                                "ensemble's members are one model trained with other seeds "
-                                "on the same graphs (`graphcost train --valid-seed`)")
+                                "ensemble's members are one model trained with other seeds")
+        transforms = [m.transform for m in models]
+        try:
+            union = FeatureTransform.union(transforms)
+        except ValueError as e:
+            raise UserError(f"the members' feature transforms cannot be read from one "
+                            f"prepared graph: {e}") from None
+        same = all(t.to_dict() == union.to_dict() for t in transforms)
         out = cls(first.name, first.kind, first.settings)
         out.collection, out.members = first.collection, len(models)
-        out.build(first.transform)
+        out.build(union, None if same else transforms)
         assert isinstance(out.net, EnsembleNet)
         for net, m in zip(out.net.members, models, strict=True):
             net.load_state_dict(m.net.state_dict())
@@ -161,6 +175,8 @@ class Model:
                 "collection": self.collection, "members": self.members,
                 "settings": dataclasses.asdict(self.settings),
                 "transform": self.transform.to_dict(),
+                **({} if self.member_transforms is None else
+                   {"member_transforms": [t.to_dict() for t in self.member_transforms]}),
                 "state_dict": {k: v.detach().cpu() for k, v in self.net.state_dict().items()}}
 
     @classmethod
@@ -189,10 +205,14 @@ class Model:
         model.members = members
         try:
             transform = FeatureTransform.from_dict(state["transform"])
+            own = [FeatureTransform.from_dict(t) for t in state.get("member_transforms") or ()]
         except (KeyError, TypeError, ValueError) as e:
             raise UserError(f"its feature transform is damaged ({type(e).__name__}: {e})") \
                 from None
-        model.build(transform)
+        if own and len(own) != members:
+            raise UserError(f"not a graphcost model: {len(own)} member transforms for "
+                            f"{members} members")
+        model.build(transform, own or None)
         assert model.net is not None
         try:
             model.net.load_state_dict(state["state_dict"])
