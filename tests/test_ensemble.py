@@ -100,6 +100,21 @@ def test_members_fitted_on_other_graphs_each_read_their_own_transform(kind, tmp_
         Model.from_state(state)
 
 
+def test_fine_tuning_an_ensemble_of_other_transforms_resumes_from_its_checkpoint(tmp_path):
+    """A run resumed from `last.pt` rebuilds every member with its own transform."""
+    gs = graphs("layout")
+    ens = Model.ensemble([member("layout", gs, 0), member("layout", gs[:1], 1)])
+    assert ens.member_transforms is not None
+    kw = {"graphs_per_batch": 1, "configs_per_graph": 8, "warmup_steps": 0,
+          "progress": False, "warm_start": True}
+    fit(ens, gs, None, TrainSettings(epochs=1, **kw), out_dir=tmp_path)
+    again = Model.load(ens.save(tmp_path / "after-1.pt"))
+    fit(again, gs, None, TrainSettings(epochs=2, **kw), out_dir=tmp_path, resume=True)
+    assert again.member_transforms is not None
+    assert [t.to_dict() for t in again.member_transforms] == \
+        [t.to_dict() for t in ens.member_transforms]
+
+
 def test_fine_tuning_an_ensemble_trains_every_member():
     gs = graphs("tile")
     ens = Model.ensemble([member("tile", gs, seed) for seed in (0, 1)])

@@ -203,26 +203,32 @@ class Model:
             raise UserError(f"not a graphcost model: its 'members' is {members!r}, not a "
                             "count of networks")
         model.members = members
+        model.restore(state)
+        model.net.to(check_device(device))
+        return model
+
+    def restore(self, state: dict) -> Model:
+        """Build from a saved state's feature transform(s) and load its weights: what
+        `from_state` and a resumed training run both do."""
         try:
             transform = FeatureTransform.from_dict(state["transform"])
             own = [FeatureTransform.from_dict(t) for t in state.get("member_transforms") or ()]
         except (KeyError, TypeError, ValueError) as e:
             raise UserError(f"its feature transform is damaged ({type(e).__name__}: {e})") \
                 from None
-        if own and len(own) != members:
+        if own and len(own) != self.members:
             raise UserError(f"not a graphcost model: {len(own)} member transforms for "
-                            f"{members} members")
-        model.build(transform, own or None)
-        assert model.net is not None
+                            f"{self.members} members")
+        self.build(transform, own or None)
+        assert self.net is not None
         try:
-            model.net.load_state_dict(state["state_dict"])
+            self.net.load_state_dict(state["state_dict"])
         except RuntimeError as e:
             first = str(e).strip().splitlines()[0]
-            raise UserError(f"the weights do not fit model {state['name']} as this graphcost "
+            raise UserError(f"the weights do not fit model {self.name} as this graphcost "
                             f"builds it (written by graphcost {state.get('version', '?')}): "
                             f"{first}") from None
-        model.net.to(check_device(device))
-        return model
+        return self
 
     def save(self, path: str | Path) -> Path:
         """Write the model atomically (temp file, then rename)."""

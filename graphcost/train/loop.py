@@ -32,7 +32,6 @@ import numpy as np
 import torch
 
 from graphcost.atomic import write_json, write_text
-from graphcost.data.features import FeatureTransform
 from graphcost.errors import UserError
 from graphcost.formats import Graph
 from graphcost.models.base import GraphTensors
@@ -121,8 +120,7 @@ def fit(model: Model, train_graphs: Sequence[Graph], valid_graphs: Sequence[Grap
     if ckpt is not None:
         check_resume(ckpt, Path(out_dir or ".") / "last.pt", model, s, run_data)
     if ckpt is not None:  # the transform and weights of the run being resumed
-        model.build(FeatureTransform.from_dict(ckpt["model"]["transform"]))
-        model.net.load_state_dict(ckpt["model"]["state_dict"])
+        model.restore(ckpt["model"])
     elif not s.warm_start:
         model.build(model.fit_transform(train_graphs))
         model.net.fit_prior(model.prepare(g) for g in train_graphs)
