@@ -79,6 +79,9 @@ def test_members_fitted_on_other_graphs_each_read_their_own_transform(kind, tmp_
     assert a.to_dict() != b.to_dict() and a.node_dim != b.node_dim
     ens = Model.ensemble(members)
     assert ens.member_transforms is not None
+    paths = [str(m.save(tmp_path / f"m{i}.pt")) for i, m in enumerate(members)]
+    r = CliRunner().invoke(main, ["ensemble", *paths, "--out", str(tmp_path / "cli.pt")])
+    assert r.exit_code == 0 and "each with its own feature transform" in r.output, r.output
     for again in (ens, Model.load(ens.save(tmp_path / "ens.pt"))):
         for g in gs + wide:
             expected = np.mean([score_graph(m, g) for m in members], axis=0)

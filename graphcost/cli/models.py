@@ -151,8 +151,9 @@ def ensemble_cmd(models: tuple[str, ...], out_path: str) -> None:
 
     ensemble = Model.ensemble([Model.load(p) for p in models], models)
     ensemble.save(out_path)
+    own = ", each with its own feature transform" if ensemble.member_transforms else ""
     click.echo(f"{out_path}: {ensemble.name} ({ensemble.kind}), the mean of "
-               f"{ensemble.members} networks")
+               f"{ensemble.members} networks{own}")
 
 
 @click.command("evaluate")

@@ -221,7 +221,7 @@ def crossvalidate(data: str | Path | Mapping[str, str | Path], model: str = "ran
     the cores (`run_folds`): each fold trains as it would alone, only its threads differ,
     and the result lists the folds in order.
     `valid_seed` seeds the folds and their validation families in place of `seed`, so
-    that runs of other seeds hold out the same families (the members of an ensemble).
+    that runs of other seeds hold out the same families.
     """
     say = log or (lambda _: None)
     sources = None
