@@ -45,6 +45,7 @@ def test_an_ensemble_scores_the_mean_of_its_members_on_every_path(kind, tmp_path
     members = [member(kind, gs, seed) for seed in (0, 1, 2)]
     ens = Model.ensemble(members)
     assert isinstance(ens.net, EnsembleNet) and ens.members == 3
+    assert ens.member_transforms is None  # fitted on the same graphs: one transform
     for g in gs:
         each = [score_graph(m, g) for m in members]
         assert not np.allclose(each[0], each[1])  # the members differ: the mean is news
