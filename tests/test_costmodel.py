@@ -32,7 +32,8 @@ torch.set_num_threads(1)
 def measured_pool():
     """mlp.003 (outside tiny_model's training programs), 10 sampled configs measured."""
     pytest.importorskip("jax", reason="measuring needs JAX, the extra graphcost[xla]")
-    from graphcost.autotune.program import measure, prepare
+    from graphcost.autotune.measure import measure
+    from graphcost.autotune.program import prepare
     from graphcost.xla.programs import make_program
     from graphcost.xla.timing import Protocol
 

@@ -96,25 +96,43 @@ def test_measure_layout_writes_a_valid_graph():
 def test_measure_times_each_executable_once_and_records_what_failed(monkeypatch):
     """Autotuning times as collection does: a config that fails to compile is recorded
     as failed, and configs that compile to one executable share one timing."""
-    import graphcost.autotune.program as program
+    import graphcost.autotune.measure as measuring
+    from graphcost.autotune.program import prepare
 
-    t = program.prepare("two_dots", two_dots, _args(), "layout")
+    t = prepare("two_dots", two_dots, _args(), "layout")
     slot = t.configs.units[0]
     rank = t.layout.rank(slot)
     moved = {slot: tuple(reversed(range(rank)))}
     plans = [{}, moved, dict(moved), {slot: (0,) * rank}]  # last: not a permutation
-    timed, real = [], program.time_executables
+    timed, real = [], measuring.time_executables
 
     def spy(runnables, protocol, reference=None, seed=0):
         timed.append(len(runnables))
         return real(runnables, protocol, reference, seed)
 
-    monkeypatch.setattr(program, "time_executables", spy)
-    results = program.measure(t, plans, FAST)
+    monkeypatch.setattr(measuring, "time_executables", spy)
+    results = measuring.measure(t, plans, FAST)
     assert [r.status for r in results] == ["ok", "ok", "ok", "compile"]
     assert results[3].error
     assert timed == [2]  # the default and the moved plan; its twin is not timed again
     assert results[2].rounds_ns == results[1].rounds_ns and results[2] is not results[1]
+
+
+def test_the_measurer_beside_the_default_compiles_a_config_as_a_batch_does():
+    """Searching while measuring (`Measurer`) and measuring a batch (`measure`) compile a
+    config one way: a layout plan is its own executable, timed once beside the default."""
+    from graphcost.autotune.measure import Measurer, compile_config
+    from graphcost.autotune.program import prepare
+
+    t = prepare("two_dots", two_dots, _args(), "layout")
+    slot = t.configs.units[0]
+    moved = {slot: tuple(reversed(range(t.layout.rank(slot))))}
+    m = Measurer(t, FAST, None)
+    key, ratio, status, _ = m.measure(moved)
+    assert status == "ok" and ratio > 0
+    assert key == compile_config(t, moved)[1] != m.default_key
+    assert m.measure(dict(moved)) == (key, ratio, status, "")  # not compiled or timed again
+    assert m.measure(t.configs.default())[:2] == (m.default_key, 1.0)
 
 
 def test_wrong_outputs_are_a_mismatch():

@@ -12,7 +12,8 @@ from collections.abc import Sequence
 
 import numpy as np
 
-from graphcost.autotune.program import Tunable, measure
+from graphcost.autotune.measure import measure
+from graphcost.autotune.program import Tunable
 from graphcost.autotune.space import Config
 from graphcost.xla.timing import Protocol
 

@@ -36,14 +36,14 @@ from typing import Any
 import numpy as np
 
 from graphcost.autotune.choice import confirm, confirmed_faster
-from graphcost.autotune.program import Tunable, executable_and_inputs, pinned, prepare
+from graphcost.autotune.measure import Measurer
+from graphcost.autotune.program import Tunable, prepare
 from graphcost.autotune.strategy import STRATEGIES, Strategy, make_strategy
 from graphcost.autotune.table import bundled_prior
 from graphcost.errors import UserError
 from graphcost.stats import ratio_interval
-from graphcost.xla.fingerprint import fingerprint
 from graphcost.xla.options import Choices, OptionConfig
-from graphcost.xla.timing import AUTOTUNING, Protocol, error_line, time_executables
+from graphcost.xla.timing import AUTOTUNING, Protocol
 
 DEFAULT_STRATEGY = "coordinate"
 #: proposals an arm may make in a row that reuse an executable already timed: past this,
@@ -98,49 +98,6 @@ class OnlineResult:
             last = best.get(k, last)
             out.append(last)
         return out
-
-
-class Measurer:
-    """Compiles configs, and times each new executable in the same rounds as the default."""
-
-    def __init__(self, t: Tunable, protocol: Protocol, core: int | None):
-        self.t, self.protocol, self.core = t, protocol, core
-        self.default = executable_and_inputs(t.layout, t.default_exe)
-        self.default_key = fingerprint(t.default_exe.as_text(), {})
-        # executable -> (runtime / default's, status, error)
-        self.timed: dict[int, tuple[float, str, str]] = {self.default_key: (1.0, "ok", "")}
-        self.compiled: dict[Choices, int | str] = {}  # config -> executable, or its error
-
-    def measure(self, config: Choices) -> tuple[int | None, float, str, str]:
-        """(executable key, runtime / default's, status, error) of `config`; a config
-        compiled before is not compiled again, an executable timed before not timed again;
-        a config that fails to compile has no key."""
-        config = tuple(config)
-        known = self.compiled.get(config)
-        if isinstance(known, str):
-            return None, float("inf"), "compile", known
-        if known is not None:
-            return (known, *self.timed[known])
-        _, opts = self.t.plan_and_options(config)
-        try:
-            exe = self.t.layout.compile({}, opts or None)
-        except Exception as e:  # XLA's errors have no common base class worth naming
-            self.compiled[config] = error_line(e)
-            return None, float("inf"), "compile", error_line(e)
-        key = self.compiled[config] = fingerprint(exe.as_text(), opts)
-        if key not in self.timed:
-            d_exe, d_inputs = self.default
-            c_exe, c_inputs = executable_and_inputs(self.t.layout, exe)
-            runnable = {"default": (d_exe, lambda: d_inputs), "config": (c_exe, lambda: c_inputs)}
-            with pinned(self.core):
-                res = time_executables(runnable, self.protocol, reference="default")
-            d, r = res["default"], res["config"]
-            if not d.ok:
-                raise RuntimeError(f"{self.t.name}: the default config failed ({d.status}: "
-                                   f"{d.error})")
-            self.timed[key] = ((r.runtime_ns / d.runtime_ns, "ok", "") if r.ok
-                               else (float("inf"), r.status, r.error))
-        return (key, *self.timed[key])
 
 
 def run_arms(strategies: dict[str, Strategy], measurer: Measurer, budget: int,

@@ -1,17 +1,14 @@
-"""A program ready to tune: its config space, its HLO graph, and timing its configs.
+"""A program ready to tune: its config space and its HLO graph.
 
 `prepare` compiles the default once, reads the graph the model scores and finds the
-configurable points; `measure` times configs with the docs/design.md §7 protocol, pinned to a
-core when asked. Autotuning (`tune`), the cost model that learns from measurements
-(`costmodel`) and the benchmarks build on it.
+configurable points. Measuring its configs (`measure`), the cost model that learns from
+measurements (`costmodel`), the tuners and the benchmarks build on it.
 """
 
 from __future__ import annotations
 
-import os
-from collections.abc import Callable, Iterator, Sequence
-from contextlib import contextmanager
-from dataclasses import dataclass, replace
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
@@ -21,9 +18,7 @@ from graphcost.autotune.space import Config, LayoutSearchSpace, OptionSearchSpac
 from graphcost.errors import UserError
 from graphcost.formats.npz import LayoutGraph, TileGraph
 from graphcost.xla.configs import LayoutPlan, LayoutSpace
-from graphcost.xla.fingerprint import fingerprint
 from graphcost.xla.options import OptionConfig
-from graphcost.xla.timing import ConfigResult, Protocol, Runnable, error_line, time_executables
 
 
 def load_target(spec: str) -> tuple[str, Callable, tuple]:
@@ -107,52 +102,3 @@ def prepare(name: str, fn: Callable, args: Sequence[Any], space: str) -> Tunable
                          "rank 2-6 found in the compiled module); tune compiler options instead")
     return Tunable(name, layout, LayoutSearchSpace(layout, points), hlo,
                    [located[p] for p in points], default_exe)
-
-
-@contextmanager
-def pinned(core: int | None) -> Iterator[None]:
-    """Run the block on one core (this thread and threads it starts), then restore."""
-    if core is None:
-        yield
-        return
-    before = os.sched_getaffinity(0)
-    os.sched_setaffinity(0, {core})
-    try:
-        yield
-    finally:
-        os.sched_setaffinity(0, before)
-
-
-def executable_and_inputs(layout: LayoutSpace, exe: Any) -> tuple[Any, list]:
-    """The executable and the program's arguments placed in the layouts it expects."""
-    import jax
-
-    formats = exe.input_formats[0]
-    return exe, [jax.device_put(x, f) for x, f in zip(layout.leaves, formats, strict=False)]
-
-
-def measure(t: Tunable, configs: Sequence[Config], protocol: Protocol,
-            core: int | None = None) -> list[ConfigResult]:
-    """Time `configs` (the first is the output reference) with the docs/design.md §7
-    protocol. As in collection, configs that compile to one executable (by fingerprint)
-    are timed once and share the result: a duplicate costs no time and cannot differ
-    from its twin by noise."""
-    results = [ConfigResult() for _ in configs]
-    runnable: dict[int, Runnable] = {}
-    executable_of: dict[int, int] = {}  # config index -> fingerprint
-    for i, config in enumerate(configs):
-        plan, opts = t.plan_and_options(config)
-        try:
-            exe = t.default_exe if not plan and not opts else t.layout.compile(plan, opts or None)
-        except Exception as e:  # XLA's errors have no common base class worth naming
-            results[i] = ConfigResult("compile", error_line(e))
-            continue
-        key = executable_of[i] = fingerprint(exe.as_text(), opts)
-        if key not in runnable:
-            exe, inputs = executable_and_inputs(t.layout, exe)
-            runnable[key] = (exe, lambda inputs=inputs: inputs)
-    with pinned(core):
-        timed = time_executables(runnable, protocol, reference=executable_of.get(0))
-    for i, key in executable_of.items():
-        results[i] = replace(timed[key])
-    return results

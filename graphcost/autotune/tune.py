@@ -62,7 +62,8 @@ import numpy as np
 
 from graphcost.autotune.choice import clearly_faster, confirm
 from graphcost.autotune.costmodel import SAMPLES, model_space
-from graphcost.autotune.program import Tunable, measure, prepare
+from graphcost.autotune.measure import measure
+from graphcost.autotune.program import Tunable, prepare
 from graphcost.autotune.search import SearchResult, search
 from graphcost.autotune.space import Config
 from graphcost.errors import UserError

@@ -23,7 +23,7 @@ from typing import Any
 
 import numpy as np
 
-from graphcost.autotune.program import pinned
+from graphcost.autotune.measure import pinned
 from graphcost.autotune.tune import autotune
 from graphcost.bench import BenchResult
 from graphcost.kinds import graph_kind_of

@@ -230,7 +230,8 @@ def confirm_row(row: dict[str, Any], g: Any, coll_kind: str, seed: int, distinct
     default in the first `select_rounds` rounds, else the default; every figure comes
     from the rounds after those: each strategy's confirmed speed-up over the default (the
     geometric mean over rounds, with its 95% interval for the model's choices)."""
-    from graphcost.autotune.program import measure, prepare
+    from graphcost.autotune.measure import measure
+    from graphcost.autotune.program import prepare
     from graphcost.stats import ratio_interval
     from graphcost.xla.programs import make_program
 

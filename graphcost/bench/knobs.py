@@ -61,7 +61,7 @@ def time_program(name: str, fn: Callable, args: Sequence[Any], knobs: Sequence[K
     """One program's row: lowered once, the default and every single-knob change
     compiled, then all timed together (pinned to `core` when given)."""
 
-    from graphcost.autotune.program import pinned
+    from graphcost.autotune.measure import pinned
     from graphcost.stats import ratio_interval
     from graphcost.xla.prepare import input_maker
     from graphcost.xla.timing import error_line, time_executables

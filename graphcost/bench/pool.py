@@ -29,7 +29,8 @@ from typing import Any
 import numpy as np
 
 from graphcost.autotune.costmodel import CostModel, learn_picks, model_space
-from graphcost.autotune.program import Tunable, measure, prepare
+from graphcost.autotune.measure import measure
+from graphcost.autotune.program import Tunable, prepare
 from graphcost.autotune.search import best_of, top_picks
 from graphcost.bench import BenchResult
 from graphcost.stats import (

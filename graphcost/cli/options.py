@@ -58,7 +58,7 @@ CORE = Core()
 def pin(core: int | None, no_pin: bool) -> int | None:
     """Pin this whole process (before JAX starts its threads), as the protocol wants.
 
-    Here rather than beside `autotune.program.pinned`: only threads started after the call
+    Here rather than beside `autotune.measure.pinned`: only threads started after the call
     inherit the pinning, so it must run before numpy and JAX are imported."""
     if no_pin:
         return None
