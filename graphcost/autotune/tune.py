@@ -134,39 +134,6 @@ class AutotuneResult:
 # ------------------------------------------------------------------ the whole run
 
 
-def scoring_rates(model: Any, graph: Any, encoded: np.ndarray, batch: int,
-                  repeats: int = 2) -> dict[str, Any]:
-    """Candidates/s of the cached scorer and of the uncached one on the same batches.
-
-    Each scorer is warmed up on one batch, then the batches are timed `repeats` times
-    in alternation and the fastest pass kept (timings on a shared core are noisy). The
-    cached scorer's one-off setup is reported apart (`cache_setup_s`).
-    """
-    from graphcost.models.scorer import ConfigScorer  # torch only once a function runs
-
-    t0 = time.perf_counter()
-    fns = {True: ConfigScorer(model, graph).candidates(cache=True)}
-    setup = time.perf_counter() - t0
-    fns[False] = ConfigScorer(model, graph).candidates(cache=False)
-    batches = [encoded[i:i + batch] for i in range(0, len(encoded), batch)]
-    best = {True: float("inf"), False: float("inf")}
-    scores: dict[bool, np.ndarray] = {}
-    for cache in (True, False):
-        fns[cache](batches[0])
-    for _ in range(repeats):
-        for cache in (True, False):
-            t0 = time.perf_counter()
-            scores[cache] = np.concatenate([fns[cache](b) for b in batches])
-            best[cache] = min(best[cache], time.perf_counter() - t0)
-    out: dict[str, Any] = {"candidates": int(len(encoded)), "batch": batch,
-                           "cache_setup_s": round(setup, 4)}
-    out["cached_per_s"] = round(len(encoded) / best[True], 1)
-    out["uncached_per_s"] = round(len(encoded) / best[False], 1)
-    out["speedup"] = round(out["cached_per_s"] / out["uncached_per_s"], 2)
-    out["max_abs_diff"] = float(np.abs(scores[True] - scores[False]).max())
-    return out
-
-
 def autotune(fn: Callable, args: Sequence[Any], model: Any = None, *, name: str | None = None,
              k: int = 5, samples: int | None = None, evaluations: int | None = None,
              population: int = 16,
@@ -226,7 +193,7 @@ def autotune(fn: Callable, args: Sequence[Any], model: Any = None, *, name: str 
     scoring = {"search_candidates_per_s": res.summary()["candidates_per_s"]}
     if compare_cache:
         probe = t.configs.encode(res.configs[:min(len(res.configs), 4 * round_size)])
-        scoring.update(scoring_rates(m, t.graph_of(cm.reference), probe, round_size))
+        scoring.update(cm.scoring_rates(probe, round_size))
 
     say(f"measuring the default{f', {k} random configs' if compare_random else ''} and the "
         f"model's best {k}" + (f" in {batches} batches, learning from each" if batches > 1

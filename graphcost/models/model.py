@@ -203,11 +203,11 @@ class Model:
             raise UserError(f"not a graphcost model: its 'members' is {members!r}, not a "
                             "count of networks")
         model.members = members
-        model.restore(state)
+        model.load_state(state)
         model.net.to(check_device(device))
         return model
 
-    def restore(self, state: dict) -> Model:
+    def load_state(self, state: dict) -> Model:
         """Build from a saved state's feature transform(s) and load its weights: what
         `from_state` and a resumed training run both do."""
         try:

@@ -120,7 +120,7 @@ def fit(model: Model, train_graphs: Sequence[Graph], valid_graphs: Sequence[Grap
     if ckpt is not None:
         check_resume(ckpt, Path(out_dir or ".") / "last.pt", model, s, run_data)
     if ckpt is not None:  # the transform and weights of the run being resumed
-        model.restore(ckpt["model"])
+        model.load_state(ckpt["model"])
     elif not s.warm_start:
         model.build(model.fit_transform(train_graphs))
         model.net.fit_prior(model.prepare(g) for g in train_graphs)
