@@ -24,6 +24,7 @@ def test_each_packaged_model_loads_and_is_the_one_its_card_describes(space, kind
     members = f", an ensemble of {m.members}" if m.members > 1 else "."
     assert f"`{FILES[space].name}`: correction {m.settings.correction:g}{members}" in card
     assert m.settings.prior and 0 <= m.settings.correction <= 1
+    assert m.members == (3 if space == "layout" else 1)
 
 
 def test_a_missing_packaged_model_is_named(monkeypatch, tmp_path):
