@@ -95,7 +95,8 @@ class Measurer:
         """(executable key, runtime / default's, status, error) of `config`; a config
         compiled before is not compiled again, an executable timed before not timed again;
         a config that fails to compile has no key."""
-        known = self.compiled.get(self.t.configs.key(config))
+        config_key = self.t.configs.key(config)
+        known = self.compiled.get(config_key)
         if isinstance(known, str):
             return None, float("inf"), "compile", known
         if known is not None:
@@ -103,9 +104,9 @@ class Measurer:
         try:
             exe, key = compile_config(self.t, config)
         except Exception as e:  # XLA's errors have no common base class worth naming
-            self.compiled[self.t.configs.key(config)] = error_line(e)
+            self.compiled[config_key] = error_line(e)
             return None, float("inf"), "compile", error_line(e)
-        self.compiled[self.t.configs.key(config)] = key
+        self.compiled[config_key] = key
         if key not in self.timed:
             d_exe, d_inputs = self.default
             c_exe, c_inputs = executable_and_inputs(self.t.layout, exe)
