@@ -113,7 +113,7 @@ def test_training_without_a_train_split_is_refused(work, tmp_path):
     refused(run("train", coll / "valid", "--out", tmp_path / "run"), "no train split",
             "it has valid")
     # the autotuning benchmark trains by the same rule, not on whatever split there is
-    refused(run("bench", "autotune", "--data", coll / "valid", "--programs", "mlp.000",
+    refused(run("bench", "pool", "--data", coll / "valid", "--programs", "mlp.000",
                 "--no-pin"),  # pinning would pin this test process to one core
             "no train split", "it has valid")
 

@@ -122,11 +122,10 @@ def test_collect_refuses_bad_numbers_naming_the_option(tmp_path, args, needles):
 
 @pytest.mark.parametrize("args, needles", [
     (["--core", "99"], ["--core", "99", f"allowed: {ALLOWED}"]),
-    (["--samples", "0"], ["--samples", "x>=1"]),
-    (["--evaluations", "0"], ["--evaluations", "x>=1"]),
+    (["--samples", "1"], ["--samples", "x>=2"]),
     (["--seed", "-1"], ["--seed", "x>=0"]),
     (["--no-pin", "--runs", "0"], ["runs"]),
-    (["--no-pin", "--k", "0"], ["--k", "x>=1"]),
+    (["--no-pin", "--confirm-rounds", "1"], ["--confirm-rounds", "x>=2"]),
     (["--no-pin", "--budget", "0"], ["--budget", "x>=1"]),
 ])
 def test_autotune_refuses_bad_numbers_naming_the_option(tmp_path, args, needles):

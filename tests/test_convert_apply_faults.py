@@ -141,8 +141,8 @@ def test_an_undamaged_config_applies(tmp_path):
 # ------------------------------------------------------------------ a model of another space
 
 TINY = ("--model", "mlp", "--set", "hidden=8", "--set", "progress=false", "--epochs", "1")
-SMALL = ("--no-pin", "--k", "1", "--samples", "8", "--evaluations", "8", "--runs", "2",
-         "--warmup", "0", "--confirm-rounds", "2")
+SMALL = ("--no-pin", "--budget", "1", "--samples", "8", "--runs", "2", "--warmup", "0",
+         "--confirm-rounds", "2")
 
 
 def _tile_model(root: Path, collection: Path) -> Path:

@@ -4,7 +4,7 @@ options and name all derive from its choices, and a bad config is refused up fro
 import numpy as np
 import pytest
 
-from graphcost.autotune.online import format_online
+from graphcost.autotune.tune import format_result
 from graphcost.xla.options import OPTION_KNOBS, OptionConfig, sample_option_configs
 
 
@@ -53,13 +53,13 @@ def test_an_unknown_feature_code_is_refused_naming_the_knob():
 
 
 def test_online_report_names_the_chosen_knobs():
-    from graphcost.autotune.online import OnlineResult, Step
+    from graphcost.autotune.tune import AutotuneResult, Step
 
     chosen = [0] * len(OPTION_KNOBS)
     chosen[[k.name for k in OPTION_KNOBS].index("fast_math")] = 1
-    r = OnlineResult("p", 2, "coordinate", ["coordinate"], {}, chosen,
-                     [Step("coordinate", 1, chosen, 0.8, 0.8)], {"coordinate": chosen},
-                     {"default": [1.0, 1.0], "coordinate": [0.8, 0.8]},
-                     found={"coordinate": [1.25, 1.2, 1.3]},
-                     speedup={"coordinate": [1.25, 1.2, 1.3]}, versus={})
-    assert "chosen: fast_math=True, 1.250x [1.200, 1.300]" in format_online(r)
+    r = AutotuneResult("p", "options", 2, "coordinate", ["coordinate"], {}, chosen, False,
+                       [Step("coordinate", 1, chosen, 0.8, 0.8)], {"coordinate": chosen},
+                       {"default": [1.0, 1.0], "coordinate": [0.8, 0.8]},
+                       found={"coordinate": [1.25, 1.2, 1.3]},
+                       speedup={"coordinate": [1.25, 1.2, 1.3]}, versus={})
+    assert "chosen: fast_math=True, 1.250x [1.200, 1.300]" in format_result(r)

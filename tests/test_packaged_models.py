@@ -38,7 +38,7 @@ def test_a_missing_packaged_model_is_named(monkeypatch, tmp_path):
 def test_autotune_tunes_layouts_with_the_packaged_model(tmp_path):
     pytest.importorskip("jax")
     report = tmp_path / "r.json"
-    res = CliRunner().invoke(main, ["autotune", "mlp.006", "--layouts", "--no-pin", "--k",
+    res = CliRunner().invoke(main, ["autotune", "mlp.006", "--layouts", "--no-pin", "--budget",
                                     "2", "--samples", "16", "--runs", "3", "--warmup", "1",
                                     "--out", str(tmp_path / "c.json"), "--report",
                                     str(report)])
@@ -49,12 +49,12 @@ def test_autotune_tunes_layouts_with_the_packaged_model(tmp_path):
 
 def test_a_model_strategy_without_a_model_ranks_with_the_packaged_one():
     pytest.importorskip("jax")
-    from graphcost.autotune.online import _model_scores, tune_online
     from graphcost.autotune.program import load_target, prepare
+    from graphcost.autotune.tune import _model_scores, autotune
     from graphcost.xla.timing import Protocol
 
     name, fn, args = load_target("mlp.000")
-    r = tune_online(fn, args, strategy="model", budget=2, name=name,
+    r = autotune(fn, args, strategy="model", budget=2, name=name,
                     protocol=Protocol(warmup=1, runs=3, rounds=2, max_run_s=30),
                     confirm_rounds=2)
     t = prepare(name, fn, args, "options")

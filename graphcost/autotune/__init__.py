@@ -2,8 +2,8 @@
 (+ measurement) ─► best config).
 
     import graphcost
-    result = graphcost.autotune.tune_online(fn, args, budget=10)  # compiler options
-    result = graphcost.autotune(fn, args, model="runs/layout/model.pt")  # layouts
+    result = graphcost.autotune(fn, args, budget=10)  # compiler options
+    result = graphcost.autotune(fn, args, space="layout")  # layouts, the packaged model
     run = graphcost.autotune.apply(fn, args, result.config)
 
 The package itself is callable (it *is* `autotune`), so `graphcost.autotune(...)` and
@@ -18,16 +18,14 @@ import types
 from typing import Any
 
 from graphcost.autotune.chosen import apply, how_to_apply, load_config, save_config
-from graphcost.autotune.online import OnlineResult, format_online, tune_online
 from graphcost.autotune.program import load_target
 from graphcost.autotune.search import SearchResult, search
 from graphcost.autotune.space import LayoutSearchSpace, OptionSearchSpace
-from graphcost.autotune.tune import AutotuneResult, Measured, autotune, format_result
+from graphcost.autotune.tune import AutotuneResult, autotune, format_result
 
-__all__ = ["AutotuneResult", "LayoutSearchSpace", "Measured", "OnlineResult",
-           "OptionSearchSpace", "SearchResult", "apply", "autotune", "format_online",
-           "format_result", "how_to_apply", "load_config", "load_target", "save_config",
-           "search", "tune_online"]
+__all__ = ["AutotuneResult", "LayoutSearchSpace", "OptionSearchSpace", "SearchResult",
+           "apply", "autotune", "format_result", "how_to_apply", "load_config",
+           "load_target", "save_config", "search"]
 
 
 class _CallableModule(types.ModuleType):

@@ -1,9 +1,9 @@
 """The choice: a config replaces the default only when fresh rounds say it is clearly
 faster, since a config that merely ties the default risks a slowdown for nothing.
 
-Both tuners end here: `tune` (a model ranks a sample) picks with `clearly_faster` from
-its selection round's rounds, `online` (a search within a budget) keeps its best only if
-`confirmed_faster` in the fresh rounds of `confirm`.
+The tuner (`tune`) keeps its best only if `confirmed_faster` in the fresh rounds of
+`confirm`; the benchmarks that pick among stored or batch-timed configs (`bench
+families`) pick with `clearly_faster` from those rounds.
 """
 
 from __future__ import annotations

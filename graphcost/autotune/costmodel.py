@@ -33,9 +33,6 @@ from graphcost.models.scorer import ConfigScorer
 from graphcost.train import TrainSettings, fit
 
 FORMAT = "graphcost-costmodel/1"
-#: configs a model ranks when autotuning, and the reference set it compares a candidate with
-#: (why no more: `autotune.tune`)
-SAMPLES = 48
 
 
 def finetune_settings(steps: int = 30, lr: float = 5e-4, seed: int = 0) -> TrainSettings:

@@ -4,10 +4,10 @@ Both ways of measuring compile a config the same way (`compile_config`) and time
 distinct executable once, by fingerprint, as collection does (docs/design.md §7), on
 one core when asked:
 - `measure` times a batch of configs in the same rounds, the first the outputs'
-  reference: the model-ranking tuner's selection round, and every confirmation round;
+  reference: every confirmation round, and the benchmarks' pools;
 - `Measurer` times one config at a time, each in the same rounds as the default, so a
   search is told its runtime relative to the default's, free of the drift between
-  measurements minutes apart (searching while measuring, `online`).
+  measurements minutes apart (the tuner, `tune`).
 """
 
 from __future__ import annotations

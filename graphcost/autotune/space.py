@@ -28,6 +28,9 @@ from graphcost.xla.options import OPTION_KNOBS, Choices, Knob, OptionConfig, sam
 
 Config = Any  # a LayoutPlan or an options config's Choices
 MAX_PERMUTATIONS = 24  # a slot of rank <= 4 offers every order; larger ranks a sample
+#: configs a model ranks when autotuning layouts, and the reference set it compares a
+#: candidate with (why no more: `autotune.tune`)
+SAMPLES = 48
 
 
 class LayoutSearchSpace:
@@ -55,6 +58,10 @@ class LayoutSearchSpace:
 
     def key(self, plan: LayoutPlan) -> Hashable:
         return tuple(sorted(plan.items()))
+
+    def config(self, key: Hashable) -> LayoutPlan:
+        """The plan of a `key`."""
+        return dict(key)
 
     def size(self) -> int:
         return math.prod(len(c) for c in self._choices)
@@ -118,6 +125,10 @@ class OptionSearchSpace:
     def key(self, config: Choices) -> Hashable:
         return tuple(config)
 
+    def config(self, key: Hashable) -> Choices:
+        """The config of a `key`: the choices themselves."""
+        return tuple(key)
+
     def size(self) -> int:
         return math.prod(len(k.choices) for k in self.knobs)
 
@@ -142,6 +153,9 @@ class OptionSearchSpace:
 
     def encode(self, configs: Sequence[Choices]) -> np.ndarray:
         return np.stack([OptionConfig(c, self.knobs).features() for c in configs])
+
+    def to_json(self, config: Choices) -> list[int]:
+        return [int(c) for c in config]
 
 
 def _with(plan: LayoutPlan, slot: tuple[int, str], order: tuple[int, ...] | None) -> LayoutPlan:

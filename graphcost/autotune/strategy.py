@@ -3,7 +3,9 @@
 A strategy proposes configs (`ask`), a measurer times them, and the strategy is told the
 runtimes (`tell`), as in Optuna's `study.ask()` / `study.tell()` and TVM MetaSchedule's
 `SearchStrategy`. A config is a tuple of one choice index per knob (`xla.options.Choices`); all
-zeros is the compiler's default, measured before any strategy asks. The candidates are a
+zeros is the compiler's default, measured before any strategy asks. `RandomSearch` and
+`ModelOrder` need no knobs: they take any configs by their keys (`space.key`), layout
+plans too. The candidates are a
 finite list: the whole space, or the configs a table measured (`bench search`), so a
 proposal is always something the measurer can time.
 
@@ -59,6 +61,10 @@ class Strategy(Protocol):
 
     def tell(self, config: Choices, runtime: float) -> None:
         """The measured runtime of `config` (the default is told first)."""
+
+    @property
+    def best(self) -> Choices:
+        """The config told the lowest runtime (ties: the first told)."""
 
 
 def onehot(configs: Sequence[Choices], choices: Sequence[int]) -> np.ndarray:

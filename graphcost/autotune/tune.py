@@ -1,400 +1,319 @@
-"""Autotune one JAX program with a trained model: search, measure the winners, report.
+"""Tune a program by searching while measuring, within a budget of measurements.
 
-    program ─► optimized HLO graph ─► config space (layouts or compiler options)
-            ─► the model ranks a fresh sample of configs (graph encoded once)
-            ─► measure the model's top K and the default together (and, when asked,
-               K random configs: `compare_random`)
-            ─► chosen config (JSON) + speed-ups + Kendall τ on what was measured
+    program ─► its space: compiler options, or (with a layout model) layouts
+            ─► loop: strategy.ask() ─► compile ─► same executable as one timed? reuse
+                     : else time it beside the default ─► strategy.tell(config, ratio)
+                 until `budget` new executables were timed
+            ─► confirmation: the default and the best found, timed again together in
+               fresh rounds; the best is chosen only if it is clearly faster there
 
-The model ranks `SAMPLES` configs, as many as a collection measures per program, and
-by default searches no further: the more candidates it ranks, the more its top K are
-its errors rather than fast configs. On the 24 options:cpu programs of the six families
+This is the tuner `graphcost bench search` judges offline on a table, run on a live
+program: the same strategies (`autotune.strategy`), the same count (the default is
+free; the budget K counts distinct executables timed after it), with measurement in
+place of lookup. Each config is timed in the same rounds as the default, so what a
+strategy is told is its runtime relative to the default's, free of the drift between
+measurements minutes apart. A strategy sees a config by its key (`space.key`), a
+tuple of either space.
+
+The candidates: every option config (6,144), or `samples` layout plans sampled with
+the default (a program's layout space is too large to list). On layouts a cost
+model's order (`model`, the default there) or random search; the other strategies
+move knob by knob, which layouts do not have. Ranking more layout plans finds more of
+the model's errors than fast plans: on the 24 options:cpu programs of the six families
 with most headroom, each tuned by a model that never saw its family, the best of the
-model's top 5 ran at 1.03× [0.90, 1.18] random-5's speed from 48 sampled configs, and at
-0.92× [0.84, 1.00] after the old default search (1,024 sampled, 4,096 scored), confirmed
-in fresh rounds (`graphcost bench families`, `docs/notebook/2026-11.md`). `evaluations` >
-`samples` still searches beyond the sample (`search`).
+model's top 5 of 4,096 scored ran at 0.92× [0.84, 1.00] random-5's speed, of 48 at
+1.03× [0.90, 1.18] (`graphcost bench families`, `docs/notebook/2026-11.md`).
 
-A layout model scores layout plans, a tile model option configs. Tile sizes and options
-are both 24 graph-level floats, so a model trained on TPU tile sizes (`tile:xla`) would
-rank options blindly: it is refused (`model_space`); a model that does not say what it
-was trained on (written by an older graphcost) is taken to be of its kind's space.
+`compare` runs other strategies on the same budget beside the first, taking turns
+measurement by measurement (so drift favours none), an executable timed for one arm
+reused by another; all bests are confirmed in the same fresh rounds. It checks the
+tuner against the searches a user would try first (random, Optuna's TPE) and doubles
+or triples the measuring, so it is off by default.
 
-What is measured and reported (docs/design.md §7 protocol: compile every config first, then
-time in rounds of fresh random order, each config's runtime the protocol's statistic,
-the minimum by default; pinned to `core` when given):
-- selection round: the default, the K best configs by model score, the default excluded
-  (the *model arm*) and, only with `compare_random` (the benchmarks and `--compare
-  random`: checking the tuner is an evaluation, not tuning, and would double the user's
-  measurements), K configs drawn at random from the sampled pool, the default excluded
-  (the *random arm*: random search with the same measurement budget). A config in both
-  arms is timed once. Learning while measuring (`batches` > 1, `costmodel`):
-  the model arm is measured in batches, the first with the default and the random arm;
-  before each later batch the cost model is fine-tuned on the model arm's runtimes and
-  the default's (never the random arm's) and the search runs again.
-  chosen = the fastest of the model arm's configs `clearly_faster` than the default
-  (`autotune.choice`: a gain above `MIN_GAIN` and the rounds' own disagreement), else the default:
-  a config that only ties the default within the noise risks a slowdown for nothing.
-  The random arm gets the same rule: its best = the fastest of the random arm's
-  clearly faster configs, else the default.
-- confirmation round: the default, the chosen config and (with a random arm) the random
-  arm's best are compiled and timed again, together, in `confirm_rounds` fresh rounds. The reported
-  speed-ups come from it alone, with 95% intervals over its rounds: the selection round
-  picked the winner partly by its luck in that round, so its figures flatter the winner
-  (selection figures stay in `selection`, labelled as such).
-- `selection["top1_speedup"]` = default / the model's first pick (the first batch's
-  best scored, the default included), in the selection round: the model alone, no
-  choice among measured configs.
-- Kendall τ between model scores and runtimes over every config measured ok.
-Configs that fail to compile or run, or whose outputs differ from the default's, are
-reported and left out of every minimum.
+The default strategy on options is coordinate search: on the table
+(`docs/notebook/2026-11.md`, "Search strategies on a table of the options space") it
+found the most from K = 2 to 20 and needs no model.
 """
 
 from __future__ import annotations
 
 import dataclasses
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Hashable, Sequence
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
 import numpy as np
 
-from graphcost.autotune.choice import clearly_faster, confirm
-from graphcost.autotune.costmodel import SAMPLES, model_space
-from graphcost.autotune.measure import measure
+from graphcost.autotune.choice import confirm, confirmed_faster
+from graphcost.autotune.costmodel import EXAMPLE_COLLECTION, model_space
+from graphcost.autotune.measure import Measurer
 from graphcost.autotune.program import Tunable, prepare
-from graphcost.autotune.search import SearchResult, search
-from graphcost.autotune.space import Config
+from graphcost.autotune.space import SAMPLES
+from graphcost.autotune.strategy import STRATEGIES, Strategy, make_strategy
+from graphcost.autotune.table import bundled_prior
 from graphcost.errors import UserError
-from graphcost.stats import kendall_tau, ratio_interval
+from graphcost.stats import ratio_interval
+from graphcost.xla.options import OptionConfig
 from graphcost.xla.timing import AUTOTUNING, Protocol
+
+#: each space's default strategy
+DEFAULT_STRATEGY = {"options": "coordinate", "layout": "model"}
+#: the strategies a layout space offers: the others move knob by knob
+LAYOUT_STRATEGIES = ("model", "random")
+#: proposals an arm may make in a row that reuse an executable already timed: past this,
+#: the arm is taken to have nothing new to offer (its remaining space is all duplicates)
+MAX_REPEATS = 200
 
 
 @dataclass
-class Measured:
-    """One measured config: which arms chose it, its model score and its timing."""
+class Step:
+    """One proposal an arm measured (or reused): the default is step 0 of every arm."""
 
-    arms: list[str]  # "default", "model", "random"
-    model_rank: int  # 0 = the model's best of everything scored
-    score: float
-    config: dict[str, Any]  # the config as `apply` takes it
-    status: str = "ok"
+    arm: str
+    k: int  # executables this arm has timed after the default, this one included
+    config: list  # the config as its space writes it (`to_json`): knob choices, or layouts
+    ratio: float  # runtime / the default's runtime, timed together; inf when it failed
+    best: float  # the lowest ratio this arm has seen so far
+    status: str = "ok"  # ok, or why it failed: compile, run, mismatch, timeout
     error: str = ""
-    runtime_ns: float = float("nan")  # the protocol's statistic: what the choice compares
-    median_ns: float = float("nan")
-    min_ns: float = float("nan")
-    spread: float = float("nan")
-    batch: int = 0  # the measurement batch that timed it (learning while measuring)
-    rounds_ns: list[float] = field(default_factory=list)  # the statistic of each round
-
-    @property
-    def ok(self) -> bool:
-        return self.status == "ok"
 
 
 @dataclass
 class AutotuneResult:
-    """The chosen config and every measurement behind the reported figures."""
+    """The chosen config, each arm's path and the confirmation behind the figures."""
 
     program: str
-    kind: str  # "layout" or "options"
+    kind: str  # the space tuned: "options" or "layout" (graphcost.kinds)
+    budget: int
+    strategy: str
+    arms: list[str]  # the strategy first, then the compared ones
     config: dict[str, Any]  # the chosen config, as `apply` and `save_config` take it
-    chosen: int  # index into `measured`
-    measured: list[Measured]
-    k: int
-    # the confirmation round's: geometric means over its rounds, and speed-ups with their
-    # 95% intervals (t over the rounds' log ratios)
-    default_ns: float
-    chosen_ns: float
-    # the random arm's best (the fastest of it and the default); NaN (index −1) when no
-    # random arm was measured (`compare_random`)
-    random_best_ns: float
-    speedup_vs_default: float
-    speedup_vs_random: float
-    speedup_vs_default_ci: tuple[float, float]
-    speedup_vs_random_ci: tuple[float, float]
-    confirm_rounds: int
-    random_best: int  # index into `measured`
-    selection: dict[str, float]  # the selection round's figures: they picked the winner
-    tau: float  # Kendall τ, model score vs runtime, over the configs measured ok
-    search: dict[str, Any] = field(default_factory=dict)
-    scoring: dict[str, Any] = field(default_factory=dict)
-    space: dict[str, Any] = field(default_factory=dict)
+    chosen: list  # the chosen config as its space writes it (`to_json`)
+    kept_default: bool  # nothing found was confirmed faster than the default
+    steps: list[Step]
+    bests: dict[str, list]  # arm -> the best config it found (by the search's ratios)
+    confirmed: dict[str, list[float]]  # "default" and each arm -> runtime per fresh round (ns)
+    # arm -> [its best's speed-up over the default, 95% low, high] in the confirmation
+    found: dict[str, list[float]]
+    # the same for each arm's choice: its best only if `confirmed_faster`, else the default
+    speedup: dict[str, list[float]]
+    # compared arm -> [the chosen config's speed-up over that arm's choice, low, high]
+    versus: dict[str, list[float]]
+    candidates: int = 0  # configs the strategies choose among
     protocol: dict[str, Any] = field(default_factory=dict)
     seconds: dict[str, float] = field(default_factory=dict)
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)
 
-    def arm(self, name: str) -> list[Measured]:
-        return [m for m in self.measured if name in m.arms]
+    def curve(self, arm: str) -> list[float]:
+        """Best speed-up over the default found after k = 1..budget executables (by the
+        search's own timings)."""
+        best = {s.k: 1 / s.best for s in self.steps if s.arm == arm}
+        out, last = [], 1.0
+        for k in range(1, self.budget + 1):
+            last = best.get(k, last)
+            out.append(last)
+        return out
 
 
-# ------------------------------------------------------------------ the whole run
+def run_arms(strategies: dict[str, Strategy], measurer: Measurer, budget: int,
+             log: Callable[[str], Any]) -> list[Step]:
+    """The arms take turns: each asks until it gets a config of an executable it has
+    not seen, which is measured (or reused from another arm: it still counts, as that
+    arm alone would have timed it) and told; until each has `budget` or nothing new."""
+    space = measurer.t.configs
+    default = space.key(space.default())
+    steps, seen, best = [], {}, {}
+    for arm, s in strategies.items():
+        s.tell(default, 1.0)
+        steps.append(Step(arm, 0, space.to_json(space.config(default)), 1.0, 1.0))
+        seen[arm], best[arm] = {measurer.default_key}, 1.0
+    live = dict(strategies)
+    while live:
+        for arm, s in list(live.items()):
+            for _ in range(MAX_REPEATS):
+                config = s.ask()
+                if config is None:
+                    break
+                key, ratio, status, error = measurer.measure(space.config(config))
+                s.tell(config, ratio)
+                if key is not None and key in seen[arm]:
+                    continue  # an executable this arm has timed: free, ask again
+                seen[arm].add(key if key is not None else ("failed", config))
+                best[arm] = min(best[arm], ratio)
+                k = len(seen[arm]) - 1
+                steps.append(Step(arm, k, space.to_json(space.config(config)), ratio,
+                                  best[arm], status, error))
+                log(f"  {arm:>16} {k:>3}/{budget}: "
+                    + (f"{1 / ratio:.3f}x the default" if status == "ok"
+                       else f"failed ({status})") + f"; best so far {1 / best[arm]:.3f}x")
+                break
+            else:
+                config = None  # only executables it has seen: nothing new to offer
+            if config is None or len(seen[arm]) - 1 >= budget:
+                del live[arm]
+    return steps
 
 
-def autotune(fn: Callable, args: Sequence[Any], model: Any = None, *, name: str | None = None,
-             k: int = 5, samples: int | None = None, evaluations: int | None = None,
-             population: int = 16,
-             round_size: int = 256, protocol: Protocol | None = None, seed: int = 0,
-             core: int | None = None, compare_cache: bool = True, confirm_rounds: int = 5,
-             batches: int = 1, compare_random: bool = False,
+def autotune(fn: Callable, args: Sequence[Any], model: Any = None, *,
+             space: str | None = None, budget: int = 10, strategy: str | None = None,
+             compare: Sequence[str] = (), samples: int = SAMPLES, name: str | None = None,
+             protocol: Protocol | None = None, confirm_rounds: int = 5,
+             core: int | None = None, seed: int = 0,
              log: Callable[[str], Any] | None = None) -> AutotuneResult:
-    """Autotune `fn(*args)` with `model` (a `Model` or a saved model's path; None: the
-    packaged layout model, `models.packaged`).
-
-    The model ranks `samples` sampled configs (default `SAMPLES`) and, when
-    `evaluations` > `samples`, searches on up to that many model scores; it then
-    measures the model's top `k` and the default, and `k` random configs beside them only
-    with `compare_random` (pinned to `core` if given; the protocol wants a pinned core).
-    With `batches` > 1 the model's `k` are measured in that many batches, the cost model
-    fine-tuned on what was measured before each later batch searches again. See the
-    module docstring for exactly what the figures mean.
-    """
-    if k < 1 or batches < 1:
-        raise UserError(f"k and batches must be at least 1, got k={k}, batches={batches}")
+    """Search `fn(*args)`'s compiler options or layouts (`space`; by default the space
+    of `model`, else options) with `strategy`, timing at most `budget` executables beyond
+    the default, then confirm the best in fresh rounds (module doc). `compare` names
+    strategies run beside it on the same budget; `model` (a `Model` or a saved model's
+    path; None: the model packaged for the space, `models.packaged`) is used by the
+    model strategies only. Layouts are searched among `samples` sampled plans."""
+    if budget < 1:
+        raise UserError(f"the budget must be at least 1 measurement, got {budget}")
     if confirm_rounds < 2:
         raise UserError(f"confirm_rounds must be at least 2 (an interval needs two rounds), "
                         f"got {confirm_rounds}")
-    samples = samples or SAMPLES
-    evaluations = evaluations or samples
-    protocol = protocol or AUTOTUNING
-    protocol.check()  # before the search, not when the first measurement fails
+    if samples < 2:
+        raise UserError(f"samples must be at least 2 (the default and one more), got {samples}")
     say = log or (lambda _msg: None)
-    from graphcost.autotune.costmodel import CostModel, learn_while_measuring  # torch
-    from graphcost.models.model import as_model
-
-    if model is None:
+    m = _model(model, space)
+    space = space or (model_space(m, str(model)) if m is not None else "options")
+    arms = list(dict.fromkeys([strategy or DEFAULT_STRATEGY[space], *compare]))
+    _check_strategies(arms, space)
+    needs_model = [a for a in arms if a.startswith("model")]
+    if needs_model and m is None:  # the model that ships with graphcost
         from graphcost.models.packaged import packaged_model
 
-        model = packaged_model("layout")
-        say(f"no model given: the packaged layout model ({model})")
-    m = as_model(model)
-    space = model_space(m, "the model" if m is model else str(model))
+        model = packaged_model(space)
+        m = _model(model, space)
+        say(f"no model given: the packaged {space} model ({model})")
+    protocol = protocol or AUTOTUNING
+    protocol.check()
     name = name or getattr(fn, "__name__", "program")
     secs: dict[str, float] = {}
-
     t0 = time.perf_counter()
     t = prepare(name, fn, args, space)
+    configs = (t.configs.enumerate() if space == "options"
+               else t.configs.sample(samples, np.random.default_rng(seed)))
+    candidates = [t.configs.key(c) for c in configs]
+    choices = [len(k.choices) for k in t.configs.knobs] if space == "options" else []
+    scores = _model_scores(m, t, configs, seed) if needs_model else None
     secs["prepare_s"] = time.perf_counter() - t0
-    rng = np.random.default_rng(seed)
-    initial = t.configs.sample(samples, rng)
-    cm = CostModel(m, t, initial)  # the initial sample fixes the model's reference set
+    if m is not None and not needs_model:
+        say(f"the model is not used by {' and '.join(arms)} search: --strategy "
+            "model (or, on options, model-coordinate, model-online) searches with it")
+    say(f"{name}: {space} space, {len(candidates)} candidate configs"
+        + (f" over {len(choices)} knobs" if choices else " (sampled plans)")
+        + f"; {' and '.join(arms)} search{'es' if len(arms) == 1 else ''}, "
+        f"{budget} measurements each")
+    prior = bundled_prior() if any("prior" in a for a in arms) else None
+    strategies = {a: make_strategy(a, candidates, choices, seed, scores, prior) for a in arms}
     t0 = time.perf_counter()
-    score_fn = cm.scorer()
-    secs["scorer_s"] = time.perf_counter() - t0
-    say(f"{name}: {space} space of {t.configs.size():.3g} configs over "
-        f"{len(t.configs.units)} units; searching with {evaluations} model scores")
-    search_kw = {"evaluations": evaluations, "population": population,
-                 "round_size": round_size}
-    res = search(t.configs, score_fn, initial, rng, **search_kw)
-    secs["search_s"] = res.total_s
-    scoring = {"search_candidates_per_s": res.summary()["candidates_per_s"]}
-    if compare_cache:
-        probe = t.configs.encode(res.configs[:min(len(res.configs), 4 * round_size)])
-        scoring.update(cm.scoring_rates(probe, round_size))
-
-    say(f"measuring the default{f', {k} random configs' if compare_random else ''} and the "
-        f"model's best {k}" + (f" in {batches} batches, learning from each" if batches > 1
-                               else ""))
+    measurer = Measurer(t, protocol, core)
+    steps = run_arms(strategies, measurer, budget, say)
+    secs["search_s"] = time.perf_counter() - t0
+    bests = {a: s.best for a, s in strategies.items()}
+    say(f"confirming: the default and {len(set(bests.values()))} best found, "
+        f"timed again together in {confirm_rounds} fresh rounds")
     t0 = time.perf_counter()
-    random_arm = _random_arm(t, res, initial, k, rng) if compare_random else []
-    arms = Arms(t, cm, res, initial, random_arm, protocol, core,
-                lambda known: search(t.configs, cm.scorer(), known, rng, **search_kw))
-    learn_while_measuring(cm, arms.propose, arms.measure, k, batches,
-                          measured=[t.configs.default()])
-    measured, configs = arms.measured(), arms.configs()
-    secs["measure_s"] = time.perf_counter() - t0
-    picks = choose(t, measured, compare_random)
-    say(f"confirming: default and chosen #{picks['chosen']}"
-        + (f" and the random arm's best #{picks['random_best']}" if compare_random else "")
-        + f" timed again in {confirm_rounds} fresh rounds")
-    t0 = time.perf_counter()
-    confirmed = confirm(t, {arm: configs[i] for arm, i in picks.items()},
-                        dataclasses.replace(protocol, rounds=confirm_rounds), core)
+    rounds = confirm(t, {"default": t.configs.default(),
+                         **{a: t.configs.config(c) for a, c in bests.items()}},
+                     dataclasses.replace(protocol, rounds=confirm_rounds), core)
     secs["confirm_s"] = time.perf_counter() - t0
-    return summarize(t, measured, k, res, scoring, protocol, secs, picks, confirmed)
+    return summarize(t, budget, arms, steps, bests, rounds, protocol, secs, len(candidates))
 
 
-def choose(t: Tunable, measured: list[Measured], random_arm: bool = True) -> dict[str, int]:
-    """The selection round's picks (indices into `measured`): the default, the chosen
-    config (the model arm's fastest of those `clearly_faster` than the default, else the
-    default) and, when a random arm was measured, its best, chosen the same way."""
-    if not measured[0].ok:
-        raise RuntimeError(f"{t.name}: the default config failed ({measured[0].status}: "
-                           f"{measured[0].error})")
-    base = measured[0].rounds_ns or [measured[0].runtime_ns]
-
-    def fastest(names: tuple[str, ...]) -> int:
-        ok = [i for i, m in enumerate(measured) if m.ok and set(m.arms) & set(names)
-              and clearly_faster(base, m.rounds_ns or [m.runtime_ns])]
-        return min(ok, key=lambda i: (measured[i].runtime_ns, i), default=0)
-
-    picks = {"default": 0, "chosen": fastest(("model", "default"))}
-    return picks | ({"random_best": fastest(("random", "default"))} if random_arm else {})
-
-
-def _random_arm(t: Tunable, res: SearchResult, initial: Sequence[Config], k: int,
-                rng: np.random.Generator) -> list[Config]:
-    """K configs drawn at random from the scored initial sample, the default excluded."""
-    key, scored = t.configs.key, {t.configs.key(c) for c in res.configs}
-    default = key(t.configs.default())
-    pool = [c for c in initial if key(c) in scored and key(c) != default]
-    return [pool[j] for j in rng.choice(len(pool), min(k, len(pool)), replace=False)]
-
-
-class Arms:
-    """What autotuning measures, batch by batch, for `learn_while_measuring`.
-
-    The first batch times the default, the random arm and the model's first picks in one
-    session (with one batch: everything, as a single selection round); each later batch
-    searches again with the updated cost model and times its picks with the default (the
-    outputs' reference; its first runtime is the one kept). A config in two arms is
-    timed once; the model never learns from the random arm's runtimes.
-    """
-
-    def __init__(self, t: Tunable, cm: Any, first: SearchResult, initial: Sequence[Config],
-                 random_arm: list[Config], protocol: Protocol, core: int | None,
-                 research: Callable[[list[Config]], SearchResult]):
-        self.t, self.cm, self.res, self.initial = t, cm, first, list(initial)
-        self.random_arm, self.protocol, self.core = random_arm, protocol, core
-        self.research, self.batch = research, 0
-        self._measured: dict[Any, Measured] = {}
-        self._configs: dict[Any, Config] = {}
-
-    def measured(self) -> list[Measured]:
-        return list(self._measured.values())
-
-    def configs(self) -> list[Config]:
-        return list(self._configs.values())
-
-    def propose(self) -> list[Config]:
-        """Every config the latest search scored, best first (a fresh search after the
-        first batch, from the initial sample and everything measured)."""
-        if self.batch:
-            self.res = self.research(self.initial + self.configs())
-        return [self.res.configs[i] for i in self.res.order()]
-
-    def measure(self, picks: list[Config]) -> np.ndarray:
-        key, default = self.t.configs.key, self.t.configs.default()
-        arms: dict[Any, list[str]] = {key(default): ["default"]}
-        for c in picks:
-            arms.setdefault(key(c), []).append("model")
-        for c in self.random_arm if self.batch == 0 else []:
-            arms.setdefault(key(c), []).append("random")
-        todo = {key(c): c for c in [default, *picks, *self.random_arm] if key(c) in arms}
-        fresh = [k_ for k_ in todo if k_ not in self._measured]
-        if fresh:
-            keys = [key(default), *[k_ for k_ in fresh if k_ != key(default)]]
-            rank = np.empty(len(self.res.scores), dtype=np.int64)
-            rank[self.res.order()] = np.arange(len(self.res.scores))
-            index = {key(c): i for i, c in enumerate(self.res.configs)}
-            results = measure(self.t, [todo[k_] for k_ in keys], self.protocol, self.core)
-            for k_, r in zip(keys, results, strict=True):
-                if k_ in self._measured:
-                    continue  # the default again: the outputs' reference only
-                i = index[k_]
-                self._measured[k_] = Measured(arms[k_], int(rank[i]), float(self.res.scores[i]),
-                                              self.t.config_json(todo[k_]), r.status, r.error,
-                                              r.runtime_ns, r.median_ns, r.min_ns, r.spread,
-                                              batch=self.batch, rounds_ns=list(r.rounds_ns))
-                self._configs[k_] = todo[k_]
-        for c in picks:  # a pick the random arm measured already
-            if "model" not in self._measured[key(c)].arms:
-                self._measured[key(c)].arms.append("model")
-        if self.batch == 0:
-            d = self._measured[key(default)]
-            self.cm.update([default], [d.runtime_ns if d.ok else np.nan])
-        self.batch += 1
-        return np.array([m.runtime_ns if m.ok else np.nan
-                         for m in (self._measured[key(c)] for c in picks)])
-
-
-def summarize(t: Tunable, measured: list[Measured], k: int, res: SearchResult,
-              scoring: dict[str, Any], protocol: Protocol, seconds: dict[str, float],
-              picks: dict[str, int], confirmed: dict[str, list[float]]) -> AutotuneResult:
-    """The figures, computed from `measured` and the confirmation rounds alone (so they
-    can be checked against them)."""
-    top1 = next(m for m in measured if m.model_rank == 0 and m.batch == 0)  # first pick
-    ok = [m for m in measured if m.ok]
-    ns = {arm: float(np.exp(np.mean(np.log(v)))) for arm, v in confirmed.items()}
-    nan = float("nan")
-    vs_default = ratio_interval(confirmed["default"], confirmed["chosen"])
-    vs_random = (ratio_interval(confirmed["random_best"], confirmed["chosen"])
-                 if "random_best" in confirmed else (nan, nan, nan))
-    sel = {arm: measured[i].runtime_ns for arm, i in picks.items()}
+def summarize(t: Tunable, budget: int, arms: list[str], steps: list[Step],
+              bests: dict[str, Hashable], rounds: dict[str, list[float]],
+              protocol: Protocol, secs: dict[str, float], candidates: int) -> AutotuneResult:
+    """Each arm's choice (its best only if clearly faster than the default in the fresh
+    rounds) and the speed-ups, from the confirmation rounds alone."""
+    space = t.configs
+    default = space.key(space.default())
+    found = {a: list(ratio_interval(rounds["default"], rounds[a])) for a in arms}
+    picked = {a: (bests[a], rounds[a]) if confirmed_faster(*found[a])
+              else (default, rounds["default"]) for a in arms}
+    speedup = {a: list(ratio_interval(rounds["default"], r)) for a, (_, r) in picked.items()}
+    chosen, chosen_rounds = picked[arms[0]]
+    versus = {a: list(ratio_interval(r, chosen_rounds)) for a, (_, r) in picked.items()
+              if a != arms[0]}
     return AutotuneResult(
-        program=t.name, kind=t.configs.kind, config=measured[picks["chosen"]].config,
-        chosen=picks["chosen"], measured=measured, k=k, default_ns=ns["default"],
-        chosen_ns=ns["chosen"], random_best_ns=ns.get("random_best", nan),
-        speedup_vs_default=vs_default[0], speedup_vs_random=vs_random[0],
-        speedup_vs_default_ci=vs_default[1:], speedup_vs_random_ci=vs_random[1:],
-        confirm_rounds=len(confirmed["default"]), random_best=picks.get("random_best", -1),
-        selection={"speedup_vs_default": sel["default"] / sel["chosen"],
-                   "speedup_vs_random": sel.get("random_best", nan) / sel["chosen"],
-                   "top1_speedup": (sel["default"] / top1.runtime_ns if top1.ok
-                                    else float("nan"))},
-        tau=kendall_tau(np.array([m.score for m in ok]), np.array([m.runtime_ns for m in ok])),
-        search=res.summary(), scoring=scoring,
-        space={"kind": t.configs.kind, "units": len(t.configs.units),
-               "size": float(t.configs.size()), "graph_nodes": int(t.hlo.node_feat.shape[0]),
-               "configurable_nodes": len(t.node_ids)},
-        protocol=asdict(protocol), seconds={k_: round(v, 3) for k_, v in seconds.items()})
+        program=t.name, kind=space.kind, budget=budget, strategy=arms[0], arms=arms,
+        config=t.config_json(space.config(chosen)), chosen=space.to_json(space.config(chosen)),
+        kept_default=chosen == default, steps=steps,
+        bests={a: space.to_json(space.config(c)) for a, c in bests.items()},
+        confirmed=rounds, found=found, speedup=speedup, versus=versus, candidates=candidates,
+        protocol=asdict(protocol), seconds={k: round(v, 3) for k, v in secs.items()})
 
 
-def headroom_note(r: AutotuneResult) -> str:
-    """What the confirmation rounds say to a user: a speed-up worth keeping, or no
-    headroom worth tuning (the chosen config is within the rounds' noise of the default,
-    or is the default)."""
-    lo, hi = r.speedup_vs_default_ci
-    x = f"{r.speedup_vs_default:.3f}x [{lo:.3f}, {hi:.3f}]"
-    if r.chosen == 0:
-        return ("no headroom found: nothing the model chose beat the default when measured; "
-                "plain jax.jit is the best known here")
-    if lo > 1:
-        return f"confirmed speed-up over the default: {x} (95% interval over the rounds)"
-    if hi < 1:
-        return (f"the chosen config was slower than the default when timed again ({x}); "
-                "keep plain jax.jit")
-    return (f"no headroom worth tuning: the chosen config runs within the timing noise of "
-            f"the default ({x}); plain jax.jit is as good as anything found")
+def _check_strategies(arms: Sequence[str], space: str) -> None:
+    unknown = [a for a in arms if a not in STRATEGIES]
+    if unknown:
+        raise UserError(f"unknown strategy {', '.join(map(repr, unknown))}; expected one of "
+                        f"{', '.join(STRATEGIES)}")
+    knobwise = [a for a in arms if a not in LAYOUT_STRATEGIES]
+    if space == "layout" and knobwise:
+        raise UserError(f"strategy {', '.join(map(repr, knobwise))} moves knob by knob: "
+                        f"layouts are searched by {' or '.join(LAYOUT_STRATEGIES)}")
+
+
+def _model(model: Any, space: str | None) -> Any:
+    """The model (a `Model` or a saved model's path; None stays None), refused unless it
+    ranks `space` (when given)."""
+    if model is None:
+        return None
+    from graphcost.models.model import as_model
+
+    m = as_model(model)
+    source = "the model" if m is model else str(model)
+    tunes = model_space(m, source)
+    if space not in (None, tunes):
+        what = {"layout": "a layout model cannot rank compiler options",
+                "options": "an options model cannot rank layouts"}[tunes]
+        raise UserError(f"{source}: {what}; give a model trained on a collection of "
+                        f"{space} (such as {EXAMPLE_COLLECTION[space]})")
+    return m
+
+
+def _model_scores(m: Any, t: Tunable, configs: list[Any], seed: int) -> np.ndarray:
+    """The cost model's score of every config (lower = faster), each compared with the
+    same reference sample (for layouts: the candidates themselves)."""
+    from graphcost.autotune.costmodel import CostModel
+
+    reference = t.configs.sample(SAMPLES, np.random.default_rng(seed))
+    score = CostModel(m, t, reference).scorer()
+    encoded = t.configs.encode(configs)
+    return np.concatenate([score(encoded[i:i + 4096]) for i in range(0, len(encoded), 4096)])
+
+
+def describe(kind: str, config: list) -> str:
+    """A config as its space writes it, in one line."""
+    if kind == "options":
+        return str(OptionConfig(tuple(config)))
+    return ", ".join(f"{d['kind']} {d['index']} {d['role']} {tuple(d['major_to_minor'])}"
+                     for d in config)
 
 
 def format_result(r: AutotuneResult) -> str:
-    """The measurement table and the headline figures."""
-    s, sc = r.search, r.scoring
-    lines = [f"{r.program} ({r.kind}): {r.space['units']} units, {r.space['size']:.3g} configs; "
-             f"graph {r.space['graph_nodes']} nodes, {r.space['configurable_nodes']} configurable",
-             f"search: {s['sampled']} sampled, {s['evaluations']} scored in {s['rounds']} rounds"
-             f"{' (exhaustive)' if s['exhaustive'] else ''}; best score sampled "
-             f"{s['best_sampled_score']:.4f} -> searched {s['best_score']:.4f}"]
-    if "cached_per_s" in sc:
-        lines.append(f"scoring: {sc['cached_per_s']:.0f} candidates/s with the graph cache, "
-                     f"{sc['uncached_per_s']:.0f}/s without ({sc['speedup']}x; batches of "
-                     f"{sc['batch']}, max score difference {sc['max_abs_diff']:.2g})")
-    lines.append(f"selection round: {'#':>3} {'arms':16} {'rank':>6} {'score':>9} "
-                 f"{'runtime us':>10} {'median us':>10} {'spread':>7} {'vs default':>10}")
-    default = r.measured[0].runtime_ns
-    for i, m in enumerate(r.measured):
-        mark = "*" if i == r.chosen else " "
-        head = f"{'':16} {i:>3}{mark}{'+'.join(m.arms):16} {m.model_rank:>6} {m.score:>9.4f}"
-        if m.ok:
-            lines.append(f"{head} {m.runtime_ns / 1e3:>10.1f} {m.median_ns / 1e3:>10.1f} "
-                         f"{m.spread:>7.3f} {default / m.runtime_ns:>9.3f}x")
-        else:
-            lines.append(f"{head} FAILED {m.status}: {m.error[:60]}")
-    lo, hi = r.speedup_vs_default_ci
-    rlo, rhi = r.speedup_vs_random_ci
-    against = (f"{r.speedup_vs_random:.3f}x [{rlo:.3f}, {rhi:.3f}] vs the best of {r.k} "
-               f"random (#{r.random_best})" if r.random_best >= 0 else
-               "no random arm measured (compare_random, `--compare random`)")
-    lines.append(f"confirmed in {r.confirm_rounds} fresh rounds: chosen #{r.chosen} "
-                 f"{r.speedup_vs_default:.3f}x [{lo:.3f}, {hi:.3f}] vs default, {against}; "
-                 "95% intervals over the rounds")
-    lines.append(f"selection round (picked the winner, so it flatters it): "
-                 f"{r.selection['speedup_vs_default']:.3f}x vs default, model top-1 "
-                 f"{r.selection['top1_speedup']:.3f}x; Kendall tau on "
-                 f"{sum(m.ok for m in r.measured)} measured: {r.tau:.3f}")
-    lines.append(headroom_note(r))
+    """Each arm's best by the search, and the confirmed figures."""
+    lines = [f"{r.program}: {r.strategy} search of {r.kind}, {r.budget} measurements"
+             + (f"; compared with {', '.join(r.arms[1:])}" if len(r.arms) > 1 else "")]
+    for a in r.arms:
+        searched = 1 / min(s.ratio for s in r.steps if s.arm == a)
+        x, lo, hi = r.found[a]
+        lines.append(f"  {a:>16}: best found {searched:.3f}x the default by the search's "
+                     f"timings, {x:.3f}x [{lo:.3f}, {hi:.3f}] timed again"
+                     + ("" if confirmed_faster(x, lo, hi) else "; not clearly faster: "
+                        "the default is its choice"))
+    for a, (x, lo, hi) in r.versus.items():
+        lines.append(f"  {r.strategy} ÷ {a}: {x:.3f}x [{lo:.3f}, {hi:.3f}]")
+    x, lo, hi = r.speedup[r.strategy]
+    if r.kept_default:
+        lines.append("kept the default: nothing found was clearly faster in the fresh rounds; "
+                     "plain jax.jit is as good as anything found")
+    else:
+        lines.append(f"chosen: {describe(r.kind, r.chosen)}, {x:.3f}x [{lo:.3f}, {hi:.3f}] "
+                     f"over the default in {len(r.confirmed['default'])} fresh rounds (95% "
+                     "intervals over the rounds)")
     return "\n".join(lines)

@@ -45,9 +45,9 @@ from typing import Any
 import numpy as np
 
 from graphcost.autotune.choice import clearly_faster
-from graphcost.autotune.costmodel import SAMPLES
 from graphcost.autotune.headroom import STRATEGIES, summarize_rows
 from graphcost.autotune.search import best_of, top_picks
+from graphcost.autotune.space import SAMPLES
 from graphcost.bench import BenchResult, default_index
 from graphcost.data.collection import open_collection
 from graphcost.data.families import family_of

@@ -1,7 +1,7 @@
 """`graphcost bench online`: search strategies run live on programs, one budget each.
 
 `bench search` judges strategies offline on a table; this runs them where a user would,
-on programs measured now: for each program, `autotune.online.tune_online` with the
+on programs measured now: for each program, `autotune.tune.autotune` with the
 first strategy and the others compared beside it (taking turns, one budget each, all
 bests confirmed together in fresh rounds). A program's figures:
 
@@ -67,11 +67,12 @@ def stored_headroom(collection: str | Path) -> dict[str, float]:
 
 def online_rows(programs: Sequence[Program], out: Path, strategies: Sequence[str], budget: int,
                 protocol: Protocol, confirm_rounds: int, core: int | None, seed: int,
+                space: str, model: str | None,
                 say: Callable[[str], Any]) -> list[dict[str, Any]]:
-    """`tune_online` on every program; OUT/online.json is rewritten after each, and a
+    """`autotune` on every program; OUT/online.json is rewritten after each, and a
     program already there is reused when it was run with the same settings."""
     from graphcost.atomic import write_json
-    from graphcost.autotune.online import tune_online
+    from graphcost.autotune.tune import autotune
 
     path = out / "online.json"
     try:
@@ -79,7 +80,8 @@ def online_rows(programs: Sequence[Program], out: Path, strategies: Sequence[str
     except ValueError:
         raise UserError(f"{path} is not JSON; delete it to tune every program again") from None
     spec = {"strategies": list(strategies), "budget": budget, "seed": seed, "core": core,
-            "confirm_rounds": confirm_rounds, "protocol": dataclasses.asdict(protocol)}
+            "confirm_rounds": confirm_rounds, "protocol": dataclasses.asdict(protocol),
+            "space": space, "model": model}
     rows = []
     for n, (name, fn, args) in enumerate(programs, 1):
         prior = done.get(name)
@@ -89,9 +91,10 @@ def online_rows(programs: Sequence[Program], out: Path, strategies: Sequence[str
             continue
         say(f"[{n}/{len(programs)}] {name}")
         try:
-            r = tune_online(fn, args, budget=budget, strategy=strategies[0],
-                            compare=strategies[1:], name=name, protocol=protocol,
-                            confirm_rounds=confirm_rounds, core=core, seed=seed, log=say)
+            r = autotune(fn, args, model, space=space, budget=budget,
+                         strategy=strategies[0], compare=strategies[1:], name=name,
+                         protocol=protocol, confirm_rounds=confirm_rounds, core=core,
+                         seed=seed, log=say)
         except RuntimeError as e:  # the default config itself failed: nothing to tune
             say(f"  skipped: {e}")
             continue
@@ -127,16 +130,17 @@ def bench_online(programs: Sequence[Program], out: str | Path,
                  strategies: Sequence[str] = ("coordinate", "random", "tpe"), budget: int = 10,
                  protocol: Protocol | None = None, confirm_rounds: int = 6,
                  core: int | None = None, seed: int = 0, headroom_from: str | None = None,
-                 headroom: float = 1.10, log: Callable[[str], Any] | None = None
-                 ) -> OnlineBenchResult:
-    """Tune every program online with each strategy and summarize (module doc)."""
+                 headroom: float = 1.10, space: str = "options", model: str | None = None,
+                 log: Callable[[str], Any] | None = None) -> OnlineBenchResult:
+    """Tune every program online with each strategy and summarize (module doc); `space`
+    and `model` as `autotune` takes them."""
     from graphcost.xla.timing import AUTOTUNING
 
     if not strategies:
         raise UserError("name at least one strategy")
     stored = stored_headroom(headroom_from) if headroom_from else None
     rows = online_rows(programs, Path(out), strategies, budget, protocol or AUTOTUNING,
-                       confirm_rounds, core, seed, log or (lambda _msg: None))
+                       confirm_rounds, core, seed, space, model, log or (lambda _msg: None))
     for r in rows:
         r["stored_headroom"] = None if stored is None else stored.get(r["program"])
     return OnlineBenchResult(strategies=list(strategies), budget=budget, headroom=headroom,

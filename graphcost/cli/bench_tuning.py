@@ -14,7 +14,6 @@ from graphcost.cli.bench import bench, bench_table
 from graphcost.cli.options import (
     CORE,
     ModelOption,
-    autotune_options,
     comma_list,
     int_list,
     json_option,
@@ -27,7 +26,7 @@ from graphcost.xla.timing import AUTOTUNING, COLLECTING
 
 def held_out_options(f: Callable) -> Callable:
     """Where the model comes from and which held-out programs to tune: the options
-    `bench autotune` and `bench pool` share (see `held_out`)."""
+    of `bench pool` (see `held_out`)."""
     options = [
         click.option("--model", "model_path", default=None,
                      type=click.Path(exists=True, dir_okay=False),
@@ -36,7 +35,7 @@ def held_out_options(f: Callable) -> Callable:
                      help="Train a small ranker on this collection; its families are held out."),
         click.option("--kind", type=click.Choice(SPACES), default="layout", show_default=True,
                      help="What to measure for training when neither is given."),
-        click.option("--train-families", show_default=True,  # bench.autotune.TRAIN_FAMILIES
+        click.option("--train-families", show_default=True,  # bench.heldout.TRAIN_FAMILIES
                      default=",".join(("mlp", "cnn_nchw", "depthwise", "transformer")),
                      help="Families measured for training when neither --model nor --data "
                           "is given."),
@@ -57,36 +56,12 @@ def held_out(model_path: str | None, data: str | None, kind: str, train_families
              families: str | None, programs: str | None, per_family: int, epochs: int,
              seed: int) -> tuple[Any, dict[str, Any], list[str]]:
     """The model (loaded or trained), where it came from, and the programs to tune."""
-    from graphcost.bench.autotune import choose_model, programs_to_tune
+    from graphcost.bench.heldout import choose_model, programs_to_tune
 
     model, info = choose_model(model_path, data, kind, comma_list(train_families), epochs, seed,
                                log=click.echo)
     return model, info, programs_to_tune(info, per_family, comma_list(families),
                                          comma_list(programs))
-
-
-@bench.command("autotune")
-@held_out_options
-@json_option
-@autotune_options
-def bench_autotune_cmd(model_path: str | None, data: str | None, kind: str, train_families: str,
-                       families: str | None, programs: str | None, per_family: int,
-                       epochs: int, json_path: str | None, k: int, samples: int,
-                       evaluations: int, runs: int, warmup: int, core: int | None,
-                       no_pin: bool, seed: int, confirm_rounds: int, batches: int) -> None:
-    """Measured speed-ups over default and random-K on held-out programs, and candidates/s."""
-    core = pin(core, no_pin)
-    from graphcost.bench.autotune import bench_autotune, format_bench
-    from graphcost.xla.timing import Protocol
-
-    model, info, names = held_out(model_path, data, kind, train_families, families, programs,
-                                  per_family, epochs, seed)
-    result = bench_autotune(names, model, info, k, samples, evaluations, Protocol(warmup, runs),
-                            seed, None, confirm_rounds, batches, log=click.echo)
-    result.core = core  # pinned above, for the whole process
-    click.echo(format_bench(result))
-    if json_path:
-        write_json(result.to_json(), json_path)
 
 
 @bench.command("pool")
@@ -343,9 +318,14 @@ def bench_search_cmd(table: str, data: str | None, out_dir: str, strategies: str
 @click.option("--per-family", type=click.IntRange(min=1), default=1, show_default=True)
 @click.option("--out", "out_dir", type=click.Path(file_okay=False), required=True,
               help="rows are kept in OUT/online.json; a rerun with the same settings reuses them")
-@click.option("--strategies", default="coordinate,random,tpe", show_default=True,
+@click.option("--strategies", default=None,
               help="comma-separated, of autotune.strategy's: the first is judged against "
-                   "the others")
+                   "the others (default: coordinate,random,tpe; with --layouts "
+                   "model,random)")
+@click.option("--layouts", is_flag=True, help="tune layouts (a layout model ranks them)")
+@click.option("--model", "model_path", default=None,
+              type=click.Path(exists=True, dir_okay=False),
+              help="a saved model for the model strategies (default: the packaged one)")
 @click.option("--budget", type=click.IntRange(min=1), default=10, show_default=True,
               help="executables each strategy may time after the default")
 @click.option("--headroom-from", type=click.Path(exists=True, file_okay=False), default=None,
@@ -360,7 +340,8 @@ def bench_search_cmd(table: str, data: str | None, out_dir: str, strategies: str
 @click.option("--plot", "plot_path", type=click.Path(dir_okay=False), default=None,
               help="also draw the anytime curves (PNG)")
 @json_option
-def bench_online_cmd(spec: str | None, per_family: int, out_dir: str, strategies: str,
+def bench_online_cmd(spec: str | None, per_family: int, out_dir: str,
+                     strategies: str | None, layouts: bool, model_path: str | None,
                      budget: int, headroom_from: str | None, headroom: float, runs: int,
                      warmup: int, confirm_rounds: int, core: int | None, seed: int,
                      plot_path: str | None, json_path: str | None) -> None:
@@ -381,9 +362,11 @@ def bench_online_cmd(spec: str | None, per_family: int, out_dir: str, strategies
         programs = [load_target(name) for name in comma_list(spec)]
     else:
         programs = zoo(per_family=per_family)
+    strategies = strategies or ("model,random" if layouts else "coordinate,random,tpe")
     result = bench_online(programs, out_dir, comma_list(strategies), budget,
                           Protocol(warmup, runs), confirm_rounds, core, seed, headroom_from,
-                          headroom, log=click.echo)
+                          headroom, "layout" if layouts else "options", model_path,
+                          log=click.echo)
     click.echo(format_online_bench(result))
     if plot_path:
         click.echo(f"wrote {plot_online(result, plot_path)}")

@@ -8,7 +8,7 @@ from collections.abc import Callable
 import click
 
 from graphcost.errors import UserError
-from graphcost.xla.timing import AUTOTUNING, Protocol
+from graphcost.xla.timing import Protocol
 
 
 def comma_list(value: str | None) -> list[str]:
@@ -98,27 +98,3 @@ def timing_options(preset: Protocol, max_run_s: bool = False) -> Callable:
         return f
 
     return add
-
-
-def autotune_options(f: Callable) -> Callable:
-    """Search and measurement options shared by `autotune` and `bench autotune`."""
-    f = click.option("--k", type=click.IntRange(min=1), default=5, show_default=True,
-                     help="Measure the model's best K configs (and the default).")(f)
-    f = click.option("--samples", type=click.IntRange(min=1), default=None,
-                     help="Configs the model ranks (default: as many as a collection "
-                          "measures per program; why: graphcost.autotune.tune).")(f)
-    f = click.option("--evaluations", type=click.IntRange(min=1), default=None,
-                     help="Model scores in all: more than --samples searches beyond the "
-                          "sample (default: --samples, no search).")(f)
-    f = timing_options(AUTOTUNING)(f)
-    f = click.option("--core", type=CORE, default=None,
-                     help="Pin to this core (default: the first one allowed).")(f)
-    f = click.option("--no-pin", is_flag=True, help="Do not pin (timings drift more).")(f)
-    f = click.option("--seed", type=click.IntRange(min=0), default=0, show_default=True)(f)
-    f = click.option("--confirm-rounds", default=5, show_default=True,
-                     help="Fresh rounds re-timing the default, the chosen and the best "
-                          "random config: the reported speed-ups and intervals.")(f)
-    f = click.option("--batches", type=click.IntRange(min=1), default=1, show_default=True,
-                     help="Measure the model's K in this many batches, fine-tuning the model "
-                          "on each batch's runtimes before searching for the next.")(f)
-    return f

@@ -1,6 +1,7 @@
-"""Tuning compiler options by searching while measuring (`autotune.online`, issue 44):
-the budget counts distinct executables, arms share timings but not budgets, the choice
-is the default unless confirmed faster, and the CLI runs it without a model."""
+"""Tuning by searching while measuring (`autotune.tune`, issue 44): the budget counts
+distinct executables, arms share timings but not budgets, the choice is the default
+unless confirmed faster, the CLI runs it without a model, and layouts take the same
+path with the strategies that need no knobs."""
 
 from __future__ import annotations
 
@@ -12,15 +13,10 @@ import pytest
 from click.testing import CliRunner
 
 from graphcost.autotune.choice import confirmed_faster
-from graphcost.autotune.online import (
-    Measurer,
-    OnlineResult,
-    format_online,
-    run_arms,
-    tune_online,
-)
+from graphcost.autotune.measure import Measurer
 from graphcost.autotune.program import load_target
 from graphcost.autotune.strategy import CoordinateSearch, RandomSearch, make_strategy
+from graphcost.autotune.tune import AutotuneResult, autotune, format_result, run_arms
 from graphcost.cli import main
 from graphcost.stats import ratio_interval
 from graphcost.xla.options import OPTION_KNOBS
@@ -40,8 +36,12 @@ class TableMeasurer:
     default_key = (0, 0)
 
     def __init__(self):
+        from graphcost.autotune.space import OptionSearchSpace
+
         self.timed_keys: list[tuple[int, int]] = []
-        self.t = type("T", (), {"configs": type("S", (), {"default": lambda self: (0, 0, 0)})()})()
+        space = OptionSearchSpace()
+        space.default = lambda: (0, 0, 0)  # this table's three knobs
+        self.t = type("T", (), {"configs": space})()
 
     def measure(self, config):
         key = (config[0], config[2])
@@ -86,15 +86,15 @@ def test_unknown_strategies_are_refused():
         make_strategy("annealing", SPACE, CHOICES)
     name, fn, args = load_target("mlp.000")
     with pytest.raises(UserError, match="unknown strategy 'annealing'"):
-        tune_online(fn, args, compare=["annealing"], budget=2)
+        autotune(fn, args, compare=["annealing"], budget=2)
     with pytest.raises(UserError, match="'prior-trees' needs a move prior"):
         make_strategy("prior-trees", SPACE, CHOICES)
 
 
 @pytest.fixture(scope="module")
-def tuned() -> OnlineResult:
+def tuned() -> AutotuneResult:
     name, fn, args = load_target("mlp.000")
-    return tune_online(fn, args, budget=3, compare=["random"], name=name, protocol=QUICK,
+    return autotune(fn, args, budget=3, compare=["random"], name=name, protocol=QUICK,
                        confirm_rounds=3)
 
 
@@ -114,7 +114,7 @@ def test_online_tuning_reports_what_it_measured_and_confirmed(tuned):
     assert (r.chosen == r.bests["coordinate"]) == confirmed_faster(*r.found["coordinate"]) \
         or r.bests["coordinate"] == [0] * len(r.chosen)
     assert len(r.confirmed["default"]) == 3
-    text = format_online(r)
+    text = format_result(r)
     assert "coordinate ÷ random" in text and "timed again" in text
     json.dumps(r.to_dict())  # the report is plain JSON
 
@@ -177,11 +177,11 @@ def options_model():
 
 
 def test_a_model_strategy_measures_in_the_models_order(options_model):
-    from graphcost.autotune.online import _model_scores
     from graphcost.autotune.program import prepare
+    from graphcost.autotune.tune import _model_scores
 
     name, fn, args = load_target("mlp.000")
-    r = tune_online(fn, args, strategy="model", model=options_model, budget=3,
+    r = autotune(fn, args, strategy="model", model=options_model, budget=3,
                     name=name, protocol=QUICK, confirm_rounds=2)
     t = prepare(name, fn, args, "options")
     candidates = t.configs.enumerate()
@@ -192,12 +192,18 @@ def test_a_model_strategy_measures_in_the_models_order(options_model):
     assert asked[0] <= np.sort(scores)[1]  # the best, or the next if the best is the default
 
 
-def test_a_layout_model_is_refused_for_options(tiny_model):
+def test_a_model_of_the_other_space_and_knobwise_layout_searches_are_refused(
+        tiny_model, options_model):
     from graphcost.errors import UserError
 
     name, fn, args = load_target("mlp.000")
     with pytest.raises(UserError, match="layout model cannot rank compiler options"):
-        tune_online(fn, args, model=tiny_model, budget=1)
+        autotune(fn, args, model=tiny_model, space="options", budget=1)
+    with pytest.raises(UserError, match="options model cannot rank layouts.*layout:cpu:random"):
+        autotune(fn, args, model=options_model, space="layout", budget=1)
+    with pytest.raises(UserError, match="'coordinate', 'tpe' moves knob by knob: layouts "
+                                        "are searched by model or random"):
+        autotune(fn, args, model=tiny_model, compare=["coordinate", "tpe"], budget=1)
 
 
 # ------------------------------------------------------------------ bench online
@@ -235,7 +241,7 @@ def test_stored_headroom_reads_each_programs_best_over_its_default(tmp_path):
 
 
 def test_bench_online_resumes_from_its_rows(tmp_path, monkeypatch):
-    import graphcost.autotune.online as online
+    import graphcost.autotune.tune as tune
 
     args = ["bench", "online", "--programs", "mlp.000", "--budget", "1", "--out",
             str(tmp_path), "--strategies", "coordinate,random", "--runs", "3", "--warmup", "1",
@@ -250,7 +256,7 @@ def test_bench_online_resumes_from_its_rows(tmp_path, monkeypatch):
     def no_measuring(*_a, **_k):
         raise AssertionError("a row that was kept is measured again")
 
-    monkeypatch.setattr(online, "tune_online", no_measuring)
+    monkeypatch.setattr(tune, "autotune", no_measuring)
     res = CliRunner().invoke(main, args)
     assert res.exit_code == 0 and "reused" in res.output, res.output
     assert json.loads((tmp_path / "b.json").read_text())["rows"] == first["rows"]
@@ -262,7 +268,7 @@ def test_prior_search_online_first_measures_the_bundled_priors_best_move():
     prior = bundled_prior()
     knob, value = max(prior, key=prior.get)
     name, fn, args = load_target("mlp.000")
-    r = tune_online(fn, args, budget=1, strategy="prior-trees", name=name, protocol=QUICK,
+    r = autotune(fn, args, budget=1, strategy="prior-trees", name=name, protocol=QUICK,
                     confirm_rounds=2)
     expected = [value if k == knob else 0 for k in range(len(r.chosen))]
     assert r.arms == ["prior-trees"] and r.steps[1].config == expected
