@@ -98,8 +98,8 @@ def test_autotune_tunes_layouts_in_the_models_order_and_confirms(tiny_model, tmp
 
     import graphcost
     from graphcost.autotune import apply, load_config, save_config
+    from graphcost.autotune.costmodel import model_scores
     from graphcost.autotune.program import prepare
-    from graphcost.autotune.tune import _model_scores
     from graphcost.xla.programs import make_program
     from graphcost.xla.timing import Protocol, outputs_agree
 
@@ -113,7 +113,7 @@ def test_autotune_tunes_layouts_in_the_models_order_and_confirms(tiny_model, tmp
     # the model arm asks in the model's order over the sampled plans (the default told first)
     t = prepare(name, fn, args, "layout")
     plans = t.configs.sample(32, np.random.default_rng(0))
-    scores = _model_scores(tiny_model, t, plans, 0)
+    scores = model_scores(tiny_model, t, plans, 0)
     index = {json.dumps(t.configs.to_json(p)): i for i, p in enumerate(plans)}
     model = [s for s in r.steps if s.arm == "model"]
     assert model[0].config == [] and model[0].ratio == 1.0  # the default, free

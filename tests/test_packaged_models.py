@@ -49,8 +49,9 @@ def test_autotune_tunes_layouts_with_the_packaged_model(tmp_path):
 
 def test_a_model_strategy_without_a_model_ranks_with_the_packaged_one():
     pytest.importorskip("jax")
+    from graphcost.autotune.costmodel import model_scores
     from graphcost.autotune.program import load_target, prepare
-    from graphcost.autotune.tune import _model_scores, autotune
+    from graphcost.autotune.tune import autotune
     from graphcost.xla.timing import Protocol
 
     name, fn, args = load_target("mlp.000")
@@ -59,7 +60,7 @@ def test_a_model_strategy_without_a_model_ranks_with_the_packaged_one():
                     confirm_rounds=2)
     t = prepare(name, fn, args, "options")
     candidates = t.configs.enumerate()
-    scores = _model_scores(Model.load(FILES["options"]), t, candidates, 0)
+    scores = model_scores(Model.load(FILES["options"]), t, candidates, 0)
     asked = [scores[candidates.index(tuple(s.config))] for s in r.steps
              if s.arm == "model" and s.k >= 1]
     assert len(asked) == 2 and asked == sorted(asked)

@@ -177,15 +177,15 @@ def options_model():
 
 
 def test_a_model_strategy_measures_in_the_models_order(options_model):
+    from graphcost.autotune.costmodel import model_scores
     from graphcost.autotune.program import prepare
-    from graphcost.autotune.tune import _model_scores
 
     name, fn, args = load_target("mlp.000")
     r = autotune(fn, args, strategy="model", model=options_model, budget=3,
                     name=name, protocol=QUICK, confirm_rounds=2)
     t = prepare(name, fn, args, "options")
     candidates = t.configs.enumerate()
-    scores = _model_scores(options_model, t, candidates, 0)
+    scores = model_scores(options_model, t, candidates, 0)
     asked = [scores[candidates.index(tuple(s.config))] for s in r.steps
              if s.arm == "model" and s.k >= 1]
     assert len(asked) == 3 and asked == sorted(asked)
@@ -272,3 +272,16 @@ def test_prior_search_online_first_measures_the_bundled_priors_best_move():
                     confirm_rounds=2)
     expected = [value if k == knob else 0 for k in range(len(r.chosen))]
     assert r.arms == ["prior-trees"] and r.steps[1].config == expected
+
+
+def test_bench_online_tunes_layouts_in_the_models_order(tmp_path, tiny_model):
+    model = tiny_model.save(tmp_path / "layout.pt")
+    res = CliRunner().invoke(main, ["bench", "online", "--programs", "mlp.000", "--layouts",
+                                    "--model", str(model), "--budget", "2", "--out",
+                                    str(tmp_path), "--runs", "3", "--warmup", "1",
+                                    "--confirm-rounds", "2", "--json", str(tmp_path / "b.json")])
+    assert res.exit_code == 0, res.output
+    row = json.loads((tmp_path / "b.json").read_text())["rows"][0]
+    assert set(row["speedup"]) == {"model", "random"}  # the layout strategies by default
+    assert row["spec"]["space"] == "layout" and row["spec"]["model"] == str(model)
+    assert all(isinstance(c, list) for c in row["bests"].values())  # layouts, as JSON

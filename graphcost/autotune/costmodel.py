@@ -10,6 +10,9 @@ own measurements says which of its differences matter here. `update` fine-tunes 
 private copy of the model (the caller's model is never changed) through the one
 training loop (`fit` with `warm_start`), on one graph: the program with the measured
 configurations as its configs, ranked with the model's own loss.
+
+The tuner's model strategies read a model here once: `tuning_model` (the model of the
+space, or a clear refusal) and `model_scores` (its scores of the candidates).
 """
 
 from __future__ import annotations
@@ -24,11 +27,11 @@ import numpy as np
 import torch
 
 from graphcost.autotune.program import Tunable
-from graphcost.autotune.space import Config
+from graphcost.autotune.space import SAMPLES, Config
 from graphcost.errors import UserError
 from graphcost.kinds import collection_space, space_of
 from graphcost.models.checkpoint import atomic_save, load_checkpoint, require_keys
-from graphcost.models.model import Model
+from graphcost.models.model import Model, as_model
 from graphcost.models.scorer import ConfigScorer
 from graphcost.train import TrainSettings, fit
 
@@ -241,3 +244,28 @@ def model_space(m: Any, source: str) -> str:
                         f"the {space} configs of an XLA:CPU program: use a model trained on "
                         f"a collection of {space} (such as {EXAMPLE_COLLECTION[space]})")
     return space
+
+
+def tuning_model(model: Any, space: str | None) -> Model | None:
+    """The model (a `Model` or a saved model's path; None stays None), refused unless it
+    ranks `space` (when given)."""
+    if model is None:
+        return None
+    m = as_model(model)
+    source = "the model" if m is model else str(model)
+    tunes = model_space(m, source)
+    if space not in (None, tunes):
+        what = {"layout": "a layout model cannot rank compiler options",
+                "options": "an options model cannot rank layouts"}[tunes]
+        raise UserError(f"{source}: {what}; give a model trained on a collection of "
+                        f"{space} (such as {EXAMPLE_COLLECTION[space]})")
+    return m
+
+
+def model_scores(m: Any, t: Tunable, configs: list[Any], seed: int) -> np.ndarray:
+    """The cost model's score of every config (lower = faster), each compared with the
+    same reference sample (the tuner's layout candidates, at its default samples)."""
+    reference = t.configs.sample(SAMPLES, np.random.default_rng(seed))
+    score = CostModel(m, t, reference).scorer()
+    encoded = t.configs.encode(configs)
+    return np.concatenate([score(encoded[i:i + 4096]) for i in range(0, len(encoded), 4096)])

@@ -46,7 +46,7 @@ from typing import Any
 import numpy as np
 
 from graphcost.autotune.choice import confirm, confirmed_faster
-from graphcost.autotune.costmodel import EXAMPLE_COLLECTION, model_space
+from graphcost.autotune.costmodel import model_scores, model_space, tuning_model
 from graphcost.autotune.measure import Measurer
 from graphcost.autotune.program import Tunable, prepare
 from graphcost.autotune.space import SAMPLES
@@ -177,7 +177,7 @@ def autotune(fn: Callable, args: Sequence[Any], model: Any = None, *,
     if samples < 2:
         raise UserError(f"samples must be at least 2 (the default and one more), got {samples}")
     say = log or (lambda _msg: None)
-    m = _model(model, space)
+    m = tuning_model(model, space)
     space = space or (model_space(m, str(model)) if m is not None else "options")
     arms = list(dict.fromkeys([strategy or DEFAULT_STRATEGY[space], *compare]))
     _check_strategies(arms, space)
@@ -186,7 +186,7 @@ def autotune(fn: Callable, args: Sequence[Any], model: Any = None, *,
         from graphcost.models.packaged import packaged_model
 
         model = packaged_model(space)
-        m = _model(model, space)
+        m = tuning_model(model, space)
         say(f"no model given: the packaged {space} model ({model})")
     protocol = protocol or AUTOTUNING
     protocol.check()
@@ -198,7 +198,7 @@ def autotune(fn: Callable, args: Sequence[Any], model: Any = None, *,
                else t.configs.sample(samples, np.random.default_rng(seed)))
     candidates = [t.configs.key(c) for c in configs]
     choices = [len(k.choices) for k in t.configs.knobs] if space == "options" else []
-    scores = _model_scores(m, t, configs, seed) if needs_model else None
+    scores = model_scores(m, t, configs, seed) if needs_model else None
     secs["prepare_s"] = time.perf_counter() - t0
     if m is not None and not needs_model:
         say(f"the model is not used by {' and '.join(arms)} search: --strategy "
@@ -256,35 +256,6 @@ def _check_strategies(arms: Sequence[str], space: str) -> None:
     if space == "layout" and knobwise:
         raise UserError(f"strategy {', '.join(map(repr, knobwise))} moves knob by knob: "
                         f"layouts are searched by {' or '.join(LAYOUT_STRATEGIES)}")
-
-
-def _model(model: Any, space: str | None) -> Any:
-    """The model (a `Model` or a saved model's path; None stays None), refused unless it
-    ranks `space` (when given)."""
-    if model is None:
-        return None
-    from graphcost.models.model import as_model
-
-    m = as_model(model)
-    source = "the model" if m is model else str(model)
-    tunes = model_space(m, source)
-    if space not in (None, tunes):
-        what = {"layout": "a layout model cannot rank compiler options",
-                "options": "an options model cannot rank layouts"}[tunes]
-        raise UserError(f"{source}: {what}; give a model trained on a collection of "
-                        f"{space} (such as {EXAMPLE_COLLECTION[space]})")
-    return m
-
-
-def _model_scores(m: Any, t: Tunable, configs: list[Any], seed: int) -> np.ndarray:
-    """The cost model's score of every config (lower = faster), each compared with the
-    same reference sample (for layouts: the candidates themselves)."""
-    from graphcost.autotune.costmodel import CostModel
-
-    reference = t.configs.sample(SAMPLES, np.random.default_rng(seed))
-    score = CostModel(m, t, reference).scorer()
-    encoded = t.configs.encode(configs)
-    return np.concatenate([score(encoded[i:i + 4096]) for i in range(0, len(encoded), 4096)])
 
 
 def describe(kind: str, config: list) -> str:
