@@ -146,3 +146,17 @@ def test_the_cli_demo_and_benches_take_their_model_lists_from_the_registry():
             if len(names & {w for w in words if isinstance(w, str)}) >= 2:
                 found.append(f"{path.relative_to(PACKAGE)}:{node.lineno}")
     assert not found, found
+
+
+def test_the_cli_starts_without_torch_or_jax():
+    """Every command module is imported when the CLI starts: one that imports torch or
+    JAX at its top makes `graphcost info` cost hundreds of MB (they load when a command
+    runs)."""
+    import subprocess
+    import sys
+
+    probe = ("import sys, graphcost.cli; "
+             "print(sorted(m for m in ('torch', 'jax') if m in sys.modules))")
+    out = subprocess.run([sys.executable, "-c", probe], check=True, capture_output=True,
+                         text=True).stdout
+    assert out.strip() == "[]"

@@ -5,7 +5,6 @@ from __future__ import annotations
 import click
 
 from graphcost.atomic import check_writable, write_json
-from graphcost.autotune.space import SAMPLES
 from graphcost.cli.options import CORE, comma_list, pin, timing_options
 from graphcost.xla.timing import AUTOTUNING
 
@@ -29,9 +28,9 @@ from graphcost.xla.timing import AUTOTUNING
               help="Comma-separated strategies to run beside it on the same budget and "
                    "confirm with it, e.g. random,tpe (checks the tuner; multiplies the "
                    "measuring).")
-@click.option("--samples", type=click.IntRange(min=2), default=SAMPLES, show_default=True,
-              help="Layouts: the plans sampled as candidates (why no more: "
-                   "graphcost.autotune.tune).")
+@click.option("--samples", type=click.IntRange(min=2), default=None,
+              help="Layouts: the plans sampled as candidates (default: as many as a "
+                   "collection measures per program; why no more: graphcost.autotune.tune).")
 @click.option("--out", default="autotune.json", show_default=True,
               type=click.Path(dir_okay=False), help="Where to write the chosen config.")
 @click.option("--report", "report_path", default=None, type=click.Path(dir_okay=False),
@@ -45,7 +44,7 @@ from graphcost.xla.timing import AUTOTUNING
 @click.option("--no-pin", is_flag=True, help="Do not pin (timings drift more).")
 @click.option("--seed", type=click.IntRange(min=0), default=0, show_default=True)
 def autotune_cmd(spec: str, model_path: str | None, layouts: bool, budget: int,
-                 strategy: str | None, compare: str | None, samples: int, out: str,
+                 strategy: str | None, compare: str | None, samples: int | None, out: str,
                  report_path: str | None, runs: int, warmup: int, confirm_rounds: int,
                  core: int | None, no_pin: bool, seed: int) -> None:
     """Tune a program's compiler options (or, with --layouts or a layout model, its
@@ -76,9 +75,9 @@ def autotune_cmd(spec: str, model_path: str | None, layouts: bool, budget: int,
         result = autotune(fn, args, model_path,
                           space="layout" if layouts or layout_model else "options",
                           budget=budget, strategy=strategy, compare=comma_list(compare),
-                          samples=samples, name=name, protocol=Protocol(warmup, runs),
+                          name=name, protocol=Protocol(warmup, runs),
                           confirm_rounds=confirm_rounds, core=core, seed=seed,
-                          log=click.echo)
+                          log=click.echo, **({"samples": samples} if samples else {}))
         click.echo(format_result(result))
     except (ImportError, RuntimeError) as e:  # an unimportable module; the default failed
         raise click.ClickException(str(e)) from None
