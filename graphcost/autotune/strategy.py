@@ -2,12 +2,12 @@
 
 A strategy proposes configs (`ask`), a measurer times them, and the strategy is told the
 runtimes (`tell`), as in Optuna's `study.ask()` / `study.tell()` and TVM MetaSchedule's
-`SearchStrategy`. A config is a tuple of one choice index per knob (`xla.options.Choices`); all
-zeros is the compiler's default, measured before any strategy asks. `RandomSearch` and
+`SearchStrategy`. A config is a tuple of one choice index per knob (`xla.options.Choices`);
+all zeros is the compiler's default, measured before any strategy asks. `RandomSearch` and
 `ModelOrder` need no knobs: they take any configs by their keys (`space.key`), layout
-plans too. The candidates are a
-finite list: the whole space, or the configs a table measured (`bench search`), so a
-proposal is always something the measurer can time.
+plans too. The candidates are a finite list: the whole space, a sample of it, or the
+configs a table measured (`bench search`), so a proposal is always something the
+measurer can time.
 
 - `RandomSearch`: the candidates in a random order.
 - `CoordinateSearch`: every other value of one knob of the best config so far, the
