@@ -199,6 +199,8 @@ def test_a_model_of_the_other_space_and_knobwise_layout_searches_are_refused(
     name, fn, args = load_target("mlp.000")
     with pytest.raises(UserError, match="layout model cannot rank compiler options"):
         autotune(fn, args, model=tiny_model, space="options", budget=1)
+    with pytest.raises(UserError, match="unknown space 'layouts'; expected one of"):
+        autotune(fn, args, space="layouts", budget=1)
     with pytest.raises(UserError, match="options model cannot rank layouts.*layout:cpu:random"):
         autotune(fn, args, model=options_model, space="layout", budget=1)
     with pytest.raises(UserError, match="'coordinate', 'tpe' moves knob by knob: layouts "

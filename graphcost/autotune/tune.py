@@ -46,13 +46,14 @@ from typing import Any
 import numpy as np
 
 from graphcost.autotune.choice import confirm, confirmed_faster
-from graphcost.autotune.costmodel import model_scores, model_space, tuning_model
+from graphcost.autotune.costmodel import model_scores, tuning_model
 from graphcost.autotune.measure import Measurer
 from graphcost.autotune.program import Tunable, prepare
 from graphcost.autotune.space import SAMPLES
 from graphcost.autotune.strategy import STRATEGIES, Strategy, make_strategy
 from graphcost.autotune.table import bundled_prior
 from graphcost.errors import UserError
+from graphcost.kinds import SPACES, space_of
 from graphcost.stats import ratio_interval
 from graphcost.xla.options import OptionConfig
 from graphcost.xla.timing import AUTOTUNING, Protocol
@@ -169,6 +170,8 @@ def autotune(fn: Callable, args: Sequence[Any], model: Any = None, *,
     strategies run beside it on the same budget; `model` (a `Model` or a saved model's
     path; None: the model packaged for the space, `models.packaged`) is used by the
     model strategies only. Layouts are searched among `samples` sampled plans."""
+    if space not in (None, *SPACES):
+        raise UserError(f"unknown space {space!r}; expected one of {', '.join(SPACES)}")
     if budget < 1:
         raise UserError(f"the budget must be at least 1 measurement, got {budget}")
     if confirm_rounds < 2:
@@ -178,7 +181,7 @@ def autotune(fn: Callable, args: Sequence[Any], model: Any = None, *,
         raise UserError(f"samples must be at least 2 (the default and one more), got {samples}")
     say = log or (lambda _msg: None)
     m = tuning_model(model, space)
-    space = space or (model_space(m, str(model)) if m is not None else "options")
+    space = space or (space_of(m.kind) if m is not None else "options")
     arms = list(dict.fromkeys([strategy or DEFAULT_STRATEGY[space], *compare]))
     _check_strategies(arms, space)
     needs_model = [a for a in arms if a.startswith("model")]
