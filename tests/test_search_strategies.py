@@ -50,14 +50,15 @@ def strategies(seed: int = 0, scores=None):
             ModelOnline(SPACE, scores, CHOICES, seed), ModelCoordinate(SPACE, scores, seed),
             TreeSearch(SPACE, CHOICES, seed), TreeSearch(SPACE, CHOICES, seed, scores),
             PriorSearch(SPACE, CHOICES, PRIOR, seed), PriorSearch(SPACE, CHOICES, PRIOR, seed, 3),
-            PriorSearch(SPACE, CHOICES, PRIOR, seed, 3, scores)]
+            PriorSearch(SPACE, CHOICES, PRIOR, seed, 3, scores),
+            make_strategy("prior-coordinate", SPACE, CHOICES, seed, prior=PRIOR)]
 
 
 #: what a table of other programs taught: knob 2 -> 3 paid most, knob 0 -> 1 a little
 PRIOR = {(2, 3): 0.5, (0, 1): 0.1, (0, 2): 0.0, (1, 1): 0.0}
 
 
-@pytest.mark.parametrize("index", range(11))
+@pytest.mark.parametrize("index", range(12))
 def test_every_strategy_asks_each_candidate_once_then_nothing(index):
     s = strategies()[index]
     s.tell((0, 0, 0), runtime((0, 0, 0)))
@@ -170,6 +171,21 @@ def test_prior_tpe_tells_tpe_every_measurement_before_it_takes_over():
     assert len(s.after.study.trials) == len(s.told) == PRIOR_MOVES + 1  # TPE saw them all
     c = s.ask()
     assert c not in s.told
+
+
+def test_prior_coordinate_takes_the_priors_first_pick_then_coordinate_moves():
+    s = make_strategy("prior-coordinate", SPACE, CHOICES, seed=0, prior=PRIOR)
+    s.tell((0, 0, 0), runtime((0, 0, 0)))
+    first = s.ask()
+    assert first == (0, 0, 3)  # the move that paid most elsewhere
+    s.tell(first, runtime(first))
+    assert isinstance(s.after, CoordinateSearch) and s.after.told == s.told
+    asked = []
+    for _ in range(3):
+        asked.append(s.ask())
+        s.tell(asked[-1], runtime(asked[-1]))
+    # then knob by knob from the best so far, knob 0's other values first
+    assert set(asked[:2]) == {(1, 0, 3), (2, 0, 3)} and s.best == (1, 0, 3)
 
 
 def make_table(name: str, gains: dict[tuple[int, int], float]) -> Table:

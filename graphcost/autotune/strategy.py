@@ -29,7 +29,8 @@ measurer can time.
 - `PriorSearch`: coordinate moves from the best config so far, taken in the order of
   their expected gain on other programs (`autotune.table.move_prior`, learned from a
   table); with `switch`, trees (`prior-trees`) or TPE (`prior-tpe`) take over after that
-  many measurements, told everything measured before.
+  many measurements, told everything measured before, or coordinate search after the
+  first (`prior-coordinate`).
 """
 
 from __future__ import annotations
@@ -46,7 +47,8 @@ Move = tuple[int, int]  # a single knob change: (knob, value)
 #: every strategy by name; the ones starting "model" need a cost model's scores, the
 #: "prior" ones a move prior
 STRATEGIES = ("random", "coordinate", "tpe", "trees", "prior", "prior-trees", "prior-tpe",
-              "model", "model-online", "model-coordinate", "model-trees", "model-prior-trees")
+              "prior-coordinate", "model", "model-online", "model-coordinate", "model-trees",
+              "model-prior-trees")
 #: measurements the prior's coordinate moves make before trees or TPE take over
 PRIOR_MOVES = 5
 
@@ -338,8 +340,9 @@ class PriorSearch(_Base):
     the prior lacks come last, in knob order), so the first measurements go to the knob
     changes that paid most often and most on other programs. With `switch`, after that
     many configs beyond the default `after` proposes, told everything measured so far:
-    "trees" (`TreeSearch`, with the model's `scores` as a feature when given) or "tpe";
-    without, random candidates once no move is left.
+    "trees" (`TreeSearch`, with the model's `scores` as a feature when given), "tpe" or
+    "coordinate" (`prior-coordinate`: the prior's first pick, then coordinate search from
+    the best so far); without, random candidates once no move is left.
     """
 
     name = "prior"
@@ -355,7 +358,8 @@ class PriorSearch(_Base):
         self.after: Strategy = RandomSearch(candidates, seed)
         if switch is not None:
             self.after = (TpeSearch(candidates, choices, seed) if after == "tpe" else
-                          TreeSearch(candidates, choices, seed, scores, eps=0.0, warmup=0))
+                          CoordinateSearch(candidates, choices, seed) if after == "coordinate"
+                          else TreeSearch(candidates, choices, seed, scores, eps=0.0, warmup=0))
             self.name = ("model-" if scores is not None else "") + f"prior-{after}"
 
     def tell(self, config: Choices, runtime: float) -> None:
@@ -395,6 +399,8 @@ def make_strategy(name: str, candidates: Sequence[Choices], choices: Sequence[in
     if name in ("prior-trees", "prior-tpe"):
         return PriorSearch(candidates, choices, prior, seed, PRIOR_MOVES,
                            after=name.removeprefix("prior-"))
+    if name == "prior-coordinate":
+        return PriorSearch(candidates, choices, prior, seed, 1, after="coordinate")
     if scores is None:
         raise UserError(f"strategy {name!r} needs a cost model's scores: give a model")
     if name == "model":
