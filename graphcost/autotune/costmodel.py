@@ -18,7 +18,6 @@ space, or a clear refusal) and `model_scores` (its scores of the candidates).
 from __future__ import annotations
 
 import dataclasses
-import time
 from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
@@ -73,37 +72,6 @@ class CostModel:
             graph = self.tunable.graph_of(self.reference)
             self._score = ConfigScorer(self.model, graph).candidates()
         return self._score
-
-    def scoring_rates(self, encoded: np.ndarray, batch: int, repeats: int = 2) -> dict[str, Any]:
-        """Candidates/s of the cached scorer and of the uncached one on the same batches of
-        encoded configs (what the cache saves, reported with autotuning's figures).
-
-        Each scorer is warmed up on one batch, then the batches are timed `repeats` times
-        in alternation and the fastest pass kept (timings on a shared core are noisy). The
-        cached scorer's one-off setup is reported apart (`cache_setup_s`).
-        """
-        graph = self.tunable.graph_of(self.reference)
-        t0 = time.perf_counter()
-        fns = {True: ConfigScorer(self.model, graph).candidates(cache=True)}
-        setup = time.perf_counter() - t0
-        fns[False] = ConfigScorer(self.model, graph).candidates(cache=False)
-        batches = [encoded[i:i + batch] for i in range(0, len(encoded), batch)]
-        best = {True: float("inf"), False: float("inf")}
-        scores: dict[bool, np.ndarray] = {}
-        for cache in (True, False):
-            fns[cache](batches[0])
-        for _ in range(repeats):
-            for cache in (True, False):
-                t0 = time.perf_counter()
-                scores[cache] = np.concatenate([fns[cache](b) for b in batches])
-                best[cache] = min(best[cache], time.perf_counter() - t0)
-        out: dict[str, Any] = {"candidates": int(len(encoded)), "batch": batch,
-                               "cache_setup_s": round(setup, 4)}
-        out["cached_per_s"] = round(len(encoded) / best[True], 1)
-        out["uncached_per_s"] = round(len(encoded) / best[False], 1)
-        out["speedup"] = round(out["cached_per_s"] / out["uncached_per_s"], 2)
-        out["max_abs_diff"] = float(np.abs(scores[True] - scores[False]).max())
-        return out
 
     def predict(self, configs: Sequence[Config]) -> np.ndarray:
         """Model scores of `configs`, lower = predicted faster."""

@@ -16,9 +16,8 @@ exhaustively instead.
 
 from __future__ import annotations
 
-import time
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 
 import numpy as np
 
@@ -32,22 +31,11 @@ class SearchResult:
     configs: list[Config]
     scores: np.ndarray
     sampled: int  # the first `sampled` configs are the initial sample
-    rounds: int = 0
     exhaustive: bool = False
-    score_s: float = 0.0  # seconds inside the score function
-    total_s: float = 0.0
-    batches: list[int] = field(default_factory=list)  # candidates per score call
-
-    @property
-    def evaluations(self) -> int:
-        return len(self.configs)
 
     def order(self) -> np.ndarray:
         """Indices of all scored configs, best predicted first (ties: first scored)."""
         return np.argsort(self.scores, kind="stable")
-
-    def top(self, k: int) -> list[int]:
-        return [int(i) for i in self.order()[:k]]
 
     @property
     def best_sampled_score(self) -> float:
@@ -56,14 +44,6 @@ class SearchResult:
     @property
     def best_score(self) -> float:
         return float(self.scores.min())
-
-    def summary(self) -> dict[str, float | int | bool]:
-        return {"sampled": self.sampled, "evaluations": self.evaluations,
-                "rounds": self.rounds, "exhaustive": self.exhaustive,
-                "best_sampled_score": self.best_sampled_score, "best_score": self.best_score,
-                "score_s": round(self.score_s, 4), "total_s": round(self.total_s, 4),
-                "candidates_per_s": (round(self.evaluations / self.score_s, 1)
-                                     if self.score_s > 0 else None)}
 
 
 def search(space: SearchSpace, score: Callable[[np.ndarray], np.ndarray],
@@ -74,7 +54,6 @@ def search(space: SearchSpace, score: Callable[[np.ndarray], np.ndarray],
     `score(encoded) -> scores` is the model (lower = faster). Stops early only after
     `patience` rounds in a row that propose nothing new.
     """
-    start = time.perf_counter()
     result = SearchResult([], np.zeros(0), 0)
     seen: set = set()
     parts: list[np.ndarray] = []
@@ -84,10 +63,7 @@ def search(space: SearchSpace, score: Callable[[np.ndarray], np.ndarray],
         fresh = fresh[:max(0, evaluations - len(result.configs))]
         if not fresh:
             return
-        t0 = time.perf_counter()
         s = np.asarray(score(space.encode(fresh)), dtype=np.float64)
-        result.score_s += time.perf_counter() - t0
-        result.batches.append(len(fresh))
         seen.update(space.key(c) for c in fresh)
         result.configs.extend(fresh)
         parts.append(s)
@@ -98,7 +74,6 @@ def search(space: SearchSpace, score: Callable[[np.ndarray], np.ndarray],
         default = space.key(space.default())
         evaluate([space.default()] + [c for c in everything if space.key(c) != default])
         result.sampled, result.exhaustive = len(result.configs), True
-        result.total_s = time.perf_counter() - start
         return result
 
     evaluate(list(initial))
@@ -121,9 +96,7 @@ def search(space: SearchSpace, score: Callable[[np.ndarray], np.ndarray],
             proposals.append(child)
         count = len(result.configs)
         evaluate(proposals)
-        result.rounds += 1
         idle = 0 if len(result.configs) > count else idle + 1
-    result.total_s = time.perf_counter() - start
     return result
 
 
